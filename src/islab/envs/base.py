@@ -1,0 +1,162 @@
+"""A vectorized environment with the shape of Isaac Lab's ``DirectRLEnv``.
+
+Isaac Lab's direct workflow keeps *all* environments of a process in batched tensors on one
+device and never loops over them in Python. A task fills in six hooks and the base class owns the
+step loop:
+
+    step(actions):
+        _pre_physics_step(actions)            # once per policy step: scale / clip actions
+        repeat cfg.decimation times:
+            _apply_action(); _physics_step()  # physics runs at sim_dt, the policy at decimation*sim_dt
+        episode_length_buf += 1
+        terminated, truncated = _get_dones()
+        reward = _get_rewards()
+        _reset_idx(envs that finished)        # auto-reset inside step, as Isaac Lab does
+        obs = _get_observations()
+        return obs, reward, terminated, truncated, extras
+
+``_physics_step`` stands in for ``sim.step()``: Isaac Lab advances PhysX there; our tasks
+integrate their own equations. Anything that accepts an Isaac Lab task (skrl's
+``wrap_env(env, wrapper="isaaclab")``, the rsl_rl and rl_games adapters in ``islab.libs``) accepts
+these environments, and the other way round.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium
+import numpy as np
+import torch
+
+
+@dataclass
+class DirectRLEnvCfg:
+    """What every direct task configures; tasks subclass it and add their own fields."""
+
+    num_envs: int = 4096
+    sim_dt: float = 1 / 120
+    decimation: int = 2
+    episode_length_s: float = 5.0
+    observation_space: int = 0
+    action_space: int = 0
+    seed: int | None = None
+
+
+class DirectRLEnv:
+    """Base class: batched buffers, the step loop, episode bookkeeping. See the module docstring."""
+
+    metadata: dict[str, Any] = {"render_modes": [None]}  # noqa: RUF012 -- gymnasium convention
+    render_mode = None
+
+    def __init__(self, cfg: DirectRLEnvCfg, device: str | torch.device = "cpu") -> None:
+        self.cfg = cfg
+        self.device = torch.device(device)
+        self.num_envs = cfg.num_envs
+        self.physics_dt = cfg.sim_dt
+        self.step_dt = cfg.sim_dt * cfg.decimation
+        self.max_episode_length = math.ceil(cfg.episode_length_s / self.step_dt)
+
+        self.single_observation_space = gymnasium.spaces.Dict(
+            {"policy": gymnasium.spaces.Box(-np.inf, np.inf, shape=(cfg.observation_space,))}
+        )
+        self.single_action_space = gymnasium.spaces.Box(-np.inf, np.inf, shape=(cfg.action_space,))
+        self.observation_space = gymnasium.vector.utils.batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = gymnasium.vector.utils.batch_space(self.single_action_space, self.num_envs)
+
+        self.generator = torch.Generator(device=self.device)
+        self.seed(cfg.seed)
+
+        n = self.num_envs
+        self.episode_length_buf = torch.zeros(n, dtype=torch.long, device=self.device)
+        self.reset_terminated = torch.zeros(n, dtype=torch.bool, device=self.device)
+        self.reset_time_outs = torch.zeros(n, dtype=torch.bool, device=self.device)
+        self.reset_buf = torch.zeros(n, dtype=torch.bool, device=self.device)
+        self.reward_buf = torch.zeros(n, device=self.device)
+        # Running episode return per env, reported in extras["log"] when episodes finish.
+        self.episode_return_buf = torch.zeros(n, device=self.device)
+        self.common_step_counter = 0
+        self.extras: dict[str, Any] = {}
+        self._setup_scene()
+
+    # -- gymnasium-style API ------------------------------------------------------------------
+
+    @property
+    def unwrapped(self) -> DirectRLEnv:
+        return self
+
+    def seed(self, seed: int | None = None) -> int | None:
+        if seed is not None:
+            self.generator.manual_seed(int(seed))
+        return seed
+
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        if seed is not None:
+            self.seed(seed)
+        self._reset_idx(torch.arange(self.num_envs, device=self.device))
+        self.extras = {}
+        return self._get_observations(), self.extras
+
+    def step(
+        self, action: torch.Tensor
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        self._pre_physics_step(action.to(self.device))
+        for _ in range(self.cfg.decimation):
+            self._apply_action()
+            self._physics_step()
+
+        self.episode_length_buf += 1
+        self.common_step_counter += 1
+        terminated, truncated = self._get_dones()
+        self.reset_terminated.copy_(terminated)
+        self.reset_time_outs.copy_(truncated)
+        torch.logical_or(terminated, truncated, out=self.reset_buf)
+        self.reward_buf = self._get_rewards()
+        self.episode_return_buf += self.reward_buf
+
+        self.extras = {}
+        reset_env_ids = self.reset_buf.nonzero(as_tuple=False).squeeze(-1)
+        if reset_env_ids.numel() > 0:
+            self.extras["log"] = {
+                "episode_return": self.episode_return_buf[reset_env_ids].mean(),
+                "episode_length": self.episode_length_buf[reset_env_ids].float().mean(),
+            }
+            self._reset_idx(reset_env_ids)
+        return self._get_observations(), self.reward_buf, self.reset_terminated, self.reset_time_outs, self.extras
+
+    def close(self) -> None:
+        """Nothing to release: all state lives in tensors."""
+
+    # -- hooks a task implements ----------------------------------------------------------------
+
+    def _setup_scene(self) -> None:
+        """Allocate the task's state tensors."""
+        raise NotImplementedError
+
+    def _pre_physics_step(self, actions: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    def _apply_action(self) -> None:
+        raise NotImplementedError
+
+    def _physics_step(self) -> None:
+        """Advance the simulation by one ``physics_dt`` (Isaac Lab: ``sim.step()``)."""
+        raise NotImplementedError
+
+    def _get_observations(self) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def _get_rewards(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _get_dones(self) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def _reset_idx(self, env_ids: torch.Tensor) -> None:
+        """Reset the given envs; tasks call ``super()._reset_idx(env_ids)`` first."""
+        self.episode_length_buf[env_ids] = 0
+        self.episode_return_buf[env_ids] = 0.0

@@ -1,0 +1,84 @@
+"""The one small interface every RL library sits behind.
+
+The worker does not know which library trains; it builds an adapter and calls ``train``. Each
+adapter translates our environment into the library's env interface, the agent config into the
+library's objects, and reports what happened in a ``TrainResult``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from islab.envs.base import DirectRLEnv
+from islab.worker.context import RankContext
+
+
+@dataclass
+class TrainResult:
+    iterations: int
+    env_steps: int  # summed over all ranks
+    wall_s: float
+    mean_return: float | None  # mean episode return over the last iteration(s), this rank
+    checkpoint: str | None  # rank 0's final checkpoint
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class LibraryAdapter(ABC):
+    """Build from (RankContext, env, agent config, run dir); train; save/load; expose the policy."""
+
+    name: str
+
+    def __init__(self, ctx: RankContext, env: DirectRLEnv, agent_cfg: dict[str, Any], run_dir: Path) -> None:
+        self.ctx = ctx
+        self.env = env
+        self.agent_cfg = agent_cfg
+        self.run_dir = Path(run_dir)
+
+    @abstractmethod
+    def train(self, max_iterations: int) -> TrainResult: ...
+
+    @abstractmethod
+    def save(self, path: Path) -> None: ...
+
+    @abstractmethod
+    def load(self, path: Path) -> None: ...
+
+    @abstractmethod
+    def policy_state(self) -> dict[str, torch.Tensor]:
+        """Everything the exported policy depends on: actor weights and observation normalizer."""
+
+
+def state_digest(state: dict[str, Any]) -> str:
+    """sha256 over names and exact bytes of every tensor/array, in name order."""
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        value = state[name]
+        tensor = torch.as_tensor(value).detach().to("cpu").contiguous()
+        digest.update(name.encode())
+        digest.update(str(tensor.dtype).encode())
+        digest.update(str(tuple(tensor.shape)).encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def atomic_torch_save(obj: Any, path: Path) -> Path:
+    """Write a checkpoint so that a crash mid-write never leaves a truncated file at ``path``:
+    save to a temporary file in the same directory, flush it to disk, then rename over."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as handle:
+        torch.save(obj, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    return path

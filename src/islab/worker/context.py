@@ -1,0 +1,126 @@
+"""Who am I? The rank's view of the job, read from the launcher's environment.
+
+A distributed job is N copies of the same program. Each copy learns its place from environment
+variables that the launcher sets before starting it:
+
+* torchrun sets ``RANK`` (global index, 0..WORLD_SIZE-1), ``LOCAL_RANK`` (index on this node),
+  ``WORLD_SIZE`` and ``LOCAL_WORLD_SIZE``, plus ``MASTER_ADDR``/``MASTER_PORT`` for the
+  rendezvous store;
+* skrl's JAX launcher sets ``JAX_RANK``, ``JAX_LOCAL_RANK``, ``JAX_WORLD_SIZE`` and
+  ``JAX_COORDINATOR_ADDR``/``JAX_COORDINATOR_PORT``; skrl itself calls
+  ``jax.distributed.initialize`` from those at import time.
+
+From those we derive everything rank-specific, once, in ``RankContext``: the device (GPU number
+``LOCAL_RANK``, or CPU), the collective backend (NCCL needs CUDA; gloo runs on CPU), and the seed
+(base seed + global rank, so ranks explore differently but a rerun is reproducible).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class RankContext:
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    device: str  # "cuda:K" or "cpu"
+    backend: str  # "nccl" or "gloo"
+    base_seed: int
+    launcher: str  # "torchrun", "skrl-jax" or "single"
+
+    @property
+    def seed(self) -> int:
+        """This rank's seed. Libraries that add the rank themselves get ``base_seed`` instead."""
+        return self.base_seed + self.rank
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @classmethod
+    def from_environ(
+        cls, device: str, base_seed: int, environ: Mapping[str, str] | None = None
+    ) -> RankContext:
+        env = os.environ if environ is None else environ
+        if "JAX_RANK" in env:
+            launcher, prefix = "skrl-jax", "JAX_"
+        elif "RANK" in env and "WORLD_SIZE" in env:
+            launcher, prefix = "torchrun", ""
+        else:
+            launcher, prefix = "single", None
+        if prefix is None:
+            rank = local_rank = 0
+            world_size = local_world_size = 1
+        else:
+            rank = int(env[f"{prefix}RANK"])
+            local_rank = int(env.get(f"{prefix}LOCAL_RANK", rank))
+            world_size = int(env[f"{prefix}WORLD_SIZE"])
+            # skrl's JAX launcher does not export a local world size; torchrun does.
+            local_world_size = int(env.get("LOCAL_WORLD_SIZE", env.get("JAX_LOCAL_WORLD_SIZE", world_size)))
+        return cls(
+            rank=rank,
+            local_rank=local_rank,
+            world_size=world_size,
+            local_world_size=local_world_size,
+            device=resolve_device(device, local_rank),
+            backend="nccl" if device.startswith("cuda") else "gloo",
+            base_seed=base_seed,
+            launcher=launcher,
+        )
+
+
+def resolve_device(device: str, local_rank: int) -> str:
+    """``cuda`` -> ``cuda:{LOCAL_RANK}`` among the visible GPUs (CUDA_VISIBLE_DEVICES is applied by
+    CUDA itself). A launcher that gives each rank exactly one visible GPU gets ``cuda:0``."""
+    if not device.startswith("cuda"):
+        return "cpu"
+    if ":" in device:
+        return device
+    visible = torch.cuda.device_count()
+    if visible == 0:
+        raise RuntimeError("device 'cuda' was requested but no CUDA device is visible to this rank")
+    return f"cuda:{local_rank}" if local_rank < visible else "cuda:0"
+
+
+def configure_process(ctx: RankContext) -> None:
+    """Threads, denormals and global RNGs for this rank; call once, before building anything."""
+    if ctx.device == "cpu":
+        # Ranks on one node share its cores; oversubscription costs more than it gains.
+        cores = os.cpu_count() or 1
+        torch.set_num_threads(max(1, cores // ctx.local_world_size))
+        # Denormal floats slowed rsl_rl training ~10x on CPU (LIBRARY_NOTES.md).
+        torch.set_flush_denormal(True)
+    else:
+        torch.cuda.set_device(torch.device(ctx.device))
+    random.seed(ctx.seed)
+    np.random.seed(ctx.seed % 2**32)
+    torch.manual_seed(ctx.seed)
+
+
+def init_process_group(ctx: RankContext, timeout_s: float = 600.0) -> None:
+    """Join the torch collective group (torchrun jobs only; skrl-JAX ranks use jax.distributed)."""
+    import torch.distributed as dist
+
+    if not ctx.distributed or ctx.launcher != "torchrun" or dist.is_initialized():
+        return
+    dist.init_process_group(
+        backend=ctx.backend,
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+        timeout=timedelta(seconds=timeout_s),
+        device_id=torch.device(ctx.device) if ctx.backend == "nccl" else None,
+    )
