@@ -1,0 +1,139 @@
+"""The batched Cartpole against a plain scalar reference of the same equations, and its episode rules."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from islab.envs import make_env
+from islab.envs.cartpole import CartpoleEnvCfg
+
+TASK = "Islab-Cartpole-v0"
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def scalar_reference_step(state: list[float], action: float, cfg: CartpoleEnvCfg) -> list[float]:
+    """One policy step of the classic cart-pole, one env, plain Python floats."""
+    x, x_dot, theta, theta_dot = state
+    force = action * cfg.action_scale
+    total_mass = cfg.cart_mass + cfg.pole_mass
+    pole_mass_length = cfg.pole_mass * cfg.pole_half_length
+    for _ in range(cfg.decimation):
+        sin, cos = math.sin(theta), math.cos(theta)
+        temp = (force + pole_mass_length * theta_dot**2 * sin) / total_mass
+        theta_acc = (cfg.gravity * sin - cos * temp) / (
+            cfg.pole_half_length * (4.0 / 3.0 - cfg.pole_mass * cos**2 / total_mass)
+        )
+        x_acc = temp - pole_mass_length * theta_acc * cos / total_mass
+        x, theta = x + cfg.sim_dt * x_dot, theta + cfg.sim_dt * theta_dot
+        x_dot, theta_dot = x_dot + cfg.sim_dt * x_acc, theta_dot + cfg.sim_dt * theta_acc
+    return [x, x_dot, theta, theta_dot]
+
+
+def scalar_reference_reward(state: list[float], terminated: bool, cfg: CartpoleEnvCfg) -> float:
+    _, x_dot, theta, theta_dot = state
+    return (
+        cfg.rew_scale_alive * (not terminated)
+        + cfg.rew_scale_terminated * terminated
+        + cfg.rew_scale_pole_pos * theta**2
+        + cfg.rew_scale_cart_vel * abs(x_dot)
+        + cfg.rew_scale_pole_vel * abs(theta_dot)
+    )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_batched_step_matches_scalar_reference(device: str) -> None:
+    env = make_env(TASK, num_envs=64, device=device, seed=3)
+    obs, _ = env.reset()
+    torch.manual_seed(0)
+    states = [[row[2], row[3], row[0], row[1]] for row in obs["policy"].double().cpu().tolist()]
+    for _ in range(40):
+        actions = torch.rand(64, 1) * 2 - 1
+        obs, reward, terminated, truncated, _ = env.step(actions.to(device))
+        for i in range(64):
+            expected = scalar_reference_step(states[i], float(actions[i]), env.cfg)
+            done_expected = abs(expected[0]) > env.cfg.max_cart_pos or abs(expected[2]) > math.pi / 2
+            assert bool(terminated[i]) == done_expected
+            assert float(reward[i]) == pytest.approx(scalar_reference_reward(expected, done_expected, env.cfg), abs=1e-4)
+            if not (done_expected or bool(truncated[i])):
+                got = obs["policy"][i].double().cpu().tolist()
+                assert [got[2], got[3], got[0], got[1]] == pytest.approx(expected, abs=1e-4)
+        # continue the reference from the env's state (finished envs were auto-reset)
+        states = [[row[2], row[3], row[0], row[1]] for row in obs["policy"].double().cpu().tolist()]
+
+
+def test_observation_and_action_spaces_follow_isaac_lab() -> None:
+    env = make_env(TASK, num_envs=8)
+    assert env.single_observation_space["policy"].shape == (4,)
+    assert env.single_action_space.shape == (1,)
+    assert env.observation_space["policy"].shape == (8, 4)
+    assert env.max_episode_length == 300  # 5 s at 60 Hz
+    obs, extras = env.reset()
+    assert set(obs) == {"policy"} and obs["policy"].shape == (8, 4)
+    assert (obs["policy"][:, 0].abs() <= 0.25 * math.pi + 1e-6).all()
+    assert (obs["policy"][:, 1:] == 0).all()
+
+
+def test_termination_reward_and_auto_reset() -> None:
+    env = make_env(TASK, num_envs=4, seed=0)
+    env.reset()
+    env.state[:] = 0.0
+    env.state[0, 0] = 3.5  # cart beyond 3 m
+    env.state[1, 2] = 1.6  # pole beyond pi/2
+    obs, reward, terminated, truncated, extras = env.step(torch.zeros(4, 1))
+    assert terminated.tolist() == [True, True, False, False]
+    assert not truncated.any()
+    assert reward[0] == pytest.approx(-2.0, abs=1e-6)  # terminated: no alive bonus, -2
+    assert reward[2] == pytest.approx(1.0, abs=1e-6)  # upright at rest: alive bonus only
+    assert "log" in extras and extras["log"]["episode_length"] == pytest.approx(1.0)
+    # the terminated envs were reset inside step: fresh state, fresh episode counter
+    assert env.episode_length_buf.tolist() == [0, 0, 1, 1]
+    assert obs["policy"][0, 2] == 0.0 and abs(float(obs["policy"][0, 0])) <= 0.25 * math.pi
+
+
+def test_truncation_after_five_seconds() -> None:
+    env = make_env(TASK, num_envs=2, seed=0)
+    env.reset()
+    env.episode_length_buf[:] = env.max_episode_length - 2
+    env.state[:] = 0.0
+    _, reward, terminated, truncated, extras = env.step(torch.zeros(2, 1))
+    assert truncated.all() and not terminated.any()
+    assert reward == pytest.approx(torch.ones(2))
+    assert (env.episode_length_buf == 0).all()
+
+
+def rollout(seed: int, steps: int = 50) -> torch.Tensor:
+    env = make_env(TASK, num_envs=16, seed=seed)
+    obs, _ = env.reset()
+    actions = torch.sin(torch.arange(steps * 16, dtype=torch.float32)).reshape(steps, 16, 1)
+    trajectory = [obs["policy"].clone()]
+    for action in actions:
+        obs, *_ = env.step(action)
+        trajectory.append(obs["policy"].clone())
+    return torch.stack(trajectory)
+
+
+def test_same_seed_same_trajectory_different_rank_seed_differs() -> None:
+    base_seed = 42
+    rank0, rank0_again, rank1 = rollout(base_seed + 0), rollout(base_seed + 0), rollout(base_seed + 1)
+    assert torch.equal(rank0, rank0_again)
+    assert not torch.allclose(rank0, rank1)
+
+
+def test_registered_with_gymnasium() -> None:
+    import gymnasium
+
+    spec = gymnasium.spec(TASK)
+    assert spec.kwargs["env_cfg_entry_point"] == "islab.envs.cartpole:CartpoleEnvCfg"
+
+
+def test_skrl_isaaclab_wrapper_accepts_the_env() -> None:
+    from skrl.envs.wrappers.torch import wrap_env
+
+    env = wrap_env(make_env(TASK, num_envs=8, seed=0), wrapper="isaaclab")
+    obs, _ = env.reset()
+    assert obs.shape == (8, 4)
+    obs, reward, terminated, truncated, _ = env.step(torch.zeros(8, 1))
+    assert reward.shape == terminated.shape == truncated.shape == (8, 1)
