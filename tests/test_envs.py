@@ -56,7 +56,9 @@ def test_batched_step_matches_scalar_reference(device: str) -> None:
             expected = scalar_reference_step(states[i], float(actions[i]), env.cfg)
             done_expected = abs(expected[0]) > env.cfg.max_cart_pos or abs(expected[2]) > math.pi / 2
             assert bool(terminated[i]) == done_expected
-            assert float(reward[i]) == pytest.approx(scalar_reference_reward(expected, done_expected, env.cfg), abs=1e-4)
+            assert float(reward[i]) == pytest.approx(
+                scalar_reference_reward(expected, done_expected, env.cfg), abs=1e-4
+            )
             if not (done_expected or bool(truncated[i])):
                 got = obs["policy"][i].double().cpu().tolist()
                 assert [got[2], got[3], got[0], got[1]] == pytest.approx(expected, abs=1e-4)

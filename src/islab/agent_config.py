@@ -41,9 +41,7 @@ def load_agent_config(lib: str, task_id: str, overrides: Sequence[str] = ()) -> 
         with open(path, encoding="utf-8") as handle:
             config = yaml.safe_load(handle)
     except FileNotFoundError:
-        raise AgentConfigError(
-            "lib", f"there is no {lib} agent config for task {task_id} (expected {path})"
-        ) from None
+        raise AgentConfigError("lib", f"there is no {lib} agent config for task {task_id} (expected {path})") from None
     if not isinstance(config, dict):
         raise AgentConfigError(str(path), "an agent config must be a YAML mapping")
     return apply_overrides(config, overrides)

@@ -52,9 +52,7 @@ class RankContext:
         return self.rank == 0
 
     @classmethod
-    def from_environ(
-        cls, device: str, base_seed: int, environ: Mapping[str, str] | None = None
-    ) -> RankContext:
+    def from_environ(cls, device: str, base_seed: int, environ: Mapping[str, str] | None = None) -> RankContext:
         env = os.environ if environ is None else environ
         if "JAX_RANK" in env:
             launcher, prefix = "skrl-jax", "JAX_"

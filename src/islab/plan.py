@@ -1,0 +1,353 @@
+"""Launch plans: a :class:`~islab.spec.RunSpec` turned into the exact commands each node runs.
+
+Distributed training here has three levels:
+
+* a **node** is one machine; ``nnodes`` of them take part, numbered by ``node_rank``;
+* each node starts ``nproc_per_node`` **ranks** (one per GPU, or CPU processes talking gloo);
+  ``world_size = nnodes * nproc_per_node`` and ``rank = node_rank * nproc_per_node + local_rank``;
+* a **launcher** on each node starts that node's ranks and tells them how to meet: torchrun for
+  rl_games, rsl_rl and skrl-torch (``MASTER_ADDR``/``MASTER_PORT``, ``RANK``, ``LOCAL_RANK`` …),
+  skrl's JAX launcher for skrl-JAX (``JAX_RANK``, ``JAX_COORDINATOR_ADDR`` …).
+
+The ranks meet at a **rendezvous**. With torchrun's *static* rendezvous, node 0 listens on
+``master_addr:master_port`` and every node is told its ``--node_rank``. With *c10d*, the nodes meet
+at ``--rdzv_endpoint`` under a shared ``--rdzv_id`` and torchrun assigns node ranks itself (it
+ignores ``--node_rank``, so none is passed). skrl-JAX nodes meet at ``--coordinator_address``.
+
+Everything in this module is a pure function of its inputs -- the spec, the clock and a port the
+caller found free -- so the same inputs always give the same plan and tests need no machine state.
+Probing ports, counting GPUs and starting processes happen at the edges (:mod:`islab.cli`,
+:mod:`islab.supervise`). No torch import here.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import PurePath
+from types import MappingProxyType
+from typing import Literal
+
+from islab.spec import (
+    DEFAULT_C10D_ID,
+    DEFAULT_MULTINODE_MASTER_PORT,
+    Issue,
+    ResolvedSpec,
+    RunSpec,
+    join_host_port,
+    mask_env,
+    split_host_port,
+)
+from islab.worker import ENTRY_SCRIPT
+
+Launcher = Literal["torchrun", "skrl-jax"]
+LOCALHOST = "127.0.0.1"
+RUN_DIR_TIME_FORMAT = "%Y-%m-%d_%H-%M-%S"
+
+
+@dataclass(frozen=True)
+class RankLaunch:
+    """One rank started directly by islab-train (skrl-JAX, whose own launcher hides failures)."""
+
+    global_rank: int
+    local_rank: int
+    argv: tuple[str, ...]
+    env: Mapping[str, str]  # what the plan adds, including the JAX_* variables skrl's launcher sets
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """What one node runs. ``env`` is only what the plan adds to the inherited environment."""
+
+    node_rank: int
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    # For skrl-JAX: the ranks ``argv`` would start, so a real launch can supervise them itself.
+    ranks: tuple[RankLaunch, ...] = ()
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    launcher: Launcher
+    run_dir: str
+    nodes: tuple[NodePlan, ...]
+    # Values the planner filled in (free port, default addresses): shown by the dry run.
+    derived: Mapping[str, str] = field(default_factory=dict)
+    # The port node 0 must be able to bind before a real launch (static master / JAX coordinator).
+    node0_port: int | None = None
+
+    def node(self, node_rank: int) -> NodePlan:
+        for node in self.nodes:
+            if node.node_rank == node_rank:
+                return node
+        raise KeyError(f"node {node_rank} is not in this plan")
+
+
+# ----------------------------------------------------------------------------------------------
+# Pieces
+# ----------------------------------------------------------------------------------------------
+
+
+def run_dir_for(spec: RunSpec, now: datetime) -> str:
+    """``<log_dir>/<lib>/<task>/<YYYY-mm-dd_HH-MM-SS>[_<run_name>]`` -- chosen once, for all ranks."""
+    stamp = now.strftime(RUN_DIR_TIME_FORMAT)
+    leaf = f"{stamp}_{spec.run_name}" if spec.run_name else stamp
+    return str(PurePath(spec.log_dir, spec.lib, spec.task, leaf))
+
+
+def worker_args(spec: RunSpec, run_dir: str) -> list[str]:
+    """The worker command line of docs/ARCHITECTURE.md (after ``-m islab.worker`` / the script)."""
+    return [
+        "--lib", spec.lib,
+        "--ml-framework", spec.ml_framework,
+        "--task", spec.task,
+        "--num-envs", str(spec.num_envs),
+        "--seed", str(spec.seed),
+        "--max-iterations", str(spec.max_iterations),
+        "--device", spec.device,
+        "--run-dir", run_dir,
+        "--distributed",
+        *spec.overrides,
+    ]  # fmt: skip
+
+
+def plan_env(spec: RunSpec) -> dict[str, str]:
+    """Environment every rank of this plan gets on top of the node's own environment."""
+    env = dict(spec.env)
+    # rsl_rl imports GitPython at import time, which raises when no git binary is installed.
+    env.setdefault("GIT_PYTHON_REFRESH", "quiet")
+    if spec.ml_framework == "jax":
+        # JAX grabs ~75% of GPU memory at start and would starve the torch env on the same GPU.
+        env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+        if spec.device == "cpu":
+            env.setdefault("JAX_PLATFORMS", "cpu")
+    return env
+
+
+def _torchrun_argv(spec: RunSpec, node_rank: int, derived: Mapping[str, str], run_dir: str) -> list[str]:
+    argv = [
+        spec.python, "-m", "torch.distributed.run",
+        "--nproc_per_node", str(spec.nproc_per_node),
+        "--nnodes", str(spec.nnodes),
+    ]  # fmt: skip
+    if spec.rendezvous.backend == "c10d":
+        argv += [
+            "--rdzv_backend", "c10d",
+            "--rdzv_endpoint", derived["rendezvous.endpoint"],
+            "--rdzv_id", derived["rendezvous.id"],
+        ]  # fmt: skip
+    else:
+        argv += [
+            "--node_rank", str(node_rank),
+            "--master_addr", derived["rendezvous.master_addr"],
+            "--master_port", derived["rendezvous.master_port"],
+        ]  # fmt: skip
+    argv += ["--max_restarts", str(spec.max_restarts), "-m", "islab.worker"]
+    return argv + worker_args(spec, run_dir)
+
+
+def _jax_argv(spec: RunSpec, node_rank: int, coordinator: str, run_dir: str) -> list[str]:
+    return [
+        spec.python, "-m", "skrl.utils.distributed.jax",
+        "--nnodes", str(spec.nnodes),
+        "--nproc_per_node", str(spec.nproc_per_node),
+        "--node_rank", str(node_rank),
+        "--coordinator_address", coordinator,
+        str(ENTRY_SCRIPT),
+        *worker_args(spec, run_dir),
+    ]  # fmt: skip
+
+
+def _jax_ranks(
+    spec: RunSpec, node_rank: int, coordinator: str, run_dir: str, env: Mapping[str, str]
+) -> tuple[RankLaunch, ...]:
+    """The processes skrl's launcher would start, with exactly the variables it sets.
+
+    skrl/utils/distributed/jax/launcher.py: JAX_LOCAL_RANK=j, JAX_RANK=node_rank*nproc+j,
+    JAX_WORLD_SIZE=nnodes*nproc, JAX_COORDINATOR_ADDR / JAX_COORDINATOR_PORT split from the address.
+    """
+    host, port = split_host_port(coordinator)
+    argv = (spec.python, str(ENTRY_SCRIPT), *worker_args(spec, run_dir))
+    ranks = []
+    for local_rank in range(spec.nproc_per_node):
+        global_rank = node_rank * spec.nproc_per_node + local_rank
+        rank_env = {
+            **env,
+            "JAX_LOCAL_RANK": str(local_rank),
+            "JAX_RANK": str(global_rank),
+            "JAX_WORLD_SIZE": str(spec.nnodes * spec.nproc_per_node),
+            "JAX_COORDINATOR_ADDR": host,
+            "JAX_COORDINATOR_PORT": str(port),
+        }
+        ranks.append(RankLaunch(global_rank, local_rank, argv, MappingProxyType(rank_env)))
+    return tuple(ranks)
+
+
+def _derive(spec: RunSpec, free_port: int) -> tuple[dict[str, str], int | None]:
+    """Fill in what the spec left open. A free port is only used on a single node: nodes of a
+    multi-node job cannot agree on a probed port, so they need an explicit one (or 29500)."""
+    rdzv = spec.rendezvous
+    single_node = spec.nnodes == 1
+    if spec.ml_framework == "jax":
+        coordinator = spec.coordinator_address or join_host_port(LOCALHOST, free_port)
+        return {"coordinator_address": coordinator}, split_host_port(coordinator)[1]
+    if rdzv.backend == "c10d":
+        endpoint = rdzv.endpoint or join_host_port(LOCALHOST, free_port)
+        return {"rendezvous.endpoint": endpoint, "rendezvous.id": rdzv.id or DEFAULT_C10D_ID}, None
+    if rdzv.master_port is not None:
+        port = rdzv.master_port
+    else:
+        port = free_port if single_node else DEFAULT_MULTINODE_MASTER_PORT
+    derived = {"rendezvous.master_addr": rdzv.master_addr or LOCALHOST, "rendezvous.master_port": str(port)}
+    return derived, port
+
+
+# ----------------------------------------------------------------------------------------------
+# The planner
+# ----------------------------------------------------------------------------------------------
+
+
+def build_plan(spec: RunSpec, *, now: datetime, free_port: int) -> LaunchPlan:
+    """Plan every node of ``spec`` (or only ``spec.node_rank`` when given).
+
+    ``now`` names the run directory; ``free_port`` is used for a single-node rendezvous or JAX
+    coordinator that the spec left open (the caller probes it; see ``supervise.find_free_port``).
+    """
+    run_dir = run_dir_for(spec, now)
+    derived, node0_port = _derive(spec, free_port)
+    env = plan_env(spec)
+    node_ranks = [spec.node_rank] if spec.node_rank is not None else list(range(spec.nnodes))
+    nodes = []
+    for node_rank in node_ranks:
+        if spec.ml_framework == "jax":
+            coordinator = derived["coordinator_address"]
+            nodes.append(
+                NodePlan(
+                    node_rank=node_rank,
+                    argv=tuple(_jax_argv(spec, node_rank, coordinator, run_dir)),
+                    env=MappingProxyType(dict(env)),
+                    ranks=_jax_ranks(spec, node_rank, coordinator, run_dir, env),
+                )
+            )
+        else:
+            argv = _torchrun_argv(spec, node_rank, derived, run_dir)
+            nodes.append(NodePlan(node_rank, tuple(argv), MappingProxyType(dict(env))))
+    return LaunchPlan(
+        launcher="skrl-jax" if spec.ml_framework == "jax" else "torchrun",
+        run_dir=run_dir,
+        nodes=tuple(nodes),
+        derived=MappingProxyType({**derived, "run_dir": run_dir}),
+        node0_port=node0_port,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Printing (the dry run)
+# ----------------------------------------------------------------------------------------------
+
+
+def shell_line(argv: tuple[str, ...] | list[str], env: Mapping[str, str]) -> str:
+    """``NAME=value … cmd args`` that a POSIX shell runs as-is; secret-looking values masked."""
+    prefix = [f"{name}={shlex.quote(value)}" for name, value in mask_env(env).items()]
+    return " ".join([*prefix, shlex.join(argv)])
+
+
+def format_json(plan: LaunchPlan) -> str:
+    """The machine-readable dry run: launcher, and per node the full argv and the added env."""
+    payload = {
+        "launcher": plan.launcher,
+        "nodes": [
+            {"node_rank": node.node_rank, "argv": list(node.argv), "env": mask_env(node.env)} for node in plan.nodes
+        ],
+    }
+    return json.dumps(payload, indent=2)
+
+
+def _comment_value(value: object) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {v}" for k, v in value.items()) + "}" if value else "{}"
+    if isinstance(value, list | tuple):
+        return " ".join(str(v) for v in value) if value else "[]"
+    return "-" if value is None else str(value)
+
+
+def format_text(plan: LaunchPlan, resolved: ResolvedSpec) -> str:
+    """The human dry run: a comment block saying where each value came from, then per node the
+    command. Every non-command line is a shell comment, so the whole output can be pasted."""
+    spec = resolved.spec
+    lines = [
+        f"# islab-train plan: {plan.launcher}, {spec.nnodes} node(s) x {spec.nproc_per_node} "
+        f"process(es) on {spec.device}, world size {spec.nnodes * spec.nproc_per_node}",
+        f"# run dir: {plan.run_dir}",
+        "# resolved spec (field = value  (source: cli|env|file|default)):",
+    ]
+    if resolved.cluster_file:
+        lines.append(f"#   cluster file: {resolved.cluster_file}")
+    rows = resolved.explain()
+    width = max(len(name) for name, _, _ in rows)
+    for name, value, source in rows:
+        origin = resolved.origins.get(name)
+        detail = f"source: {source.value}" + (f", {origin}" if origin and source.value != "file" else "")
+        if value is None and name in plan.derived:
+            value, detail = plan.derived[name], f"{detail}, chosen by the planner"
+        lines.append(f"#   {name.ljust(width)} = {_comment_value(value)}  ({detail})")
+    if plan.launcher == "skrl-jax":
+        lines.append(
+            "# note: a real launch starts these ranks itself (same JAX_* variables as skrl's "
+            "launcher) so that a failing rank fails the run"
+        )
+    for node in plan.nodes:
+        lines.append(f"# node {node.node_rank}")
+        lines.append(shell_line(node.argv, node.env))
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------
+# Can this node launch it? (pure: the machine's facts come in as arguments)
+# ----------------------------------------------------------------------------------------------
+
+
+def launch_issues(spec: RunSpec, *, platform: str, visible_gpus: int) -> list[Issue]:
+    """Reasons a *real* launch of ``spec`` cannot start on this node (a dry run skips these)."""
+    issues: list[Issue] = []
+    if platform.startswith(("win", "cygwin")):
+        if spec.device == "cuda":
+            issues.append(Issue(
+                "device",
+                "GPU training needs NCCL, which only exists on Linux",
+                "Run on a Linux machine or in WSL2; --dry-run still prints the plan here",
+            ))  # fmt: skip
+        else:
+            issues.append(Issue(
+                "platform",
+                "islab-train supervises ranks with POSIX process groups and signals, which Windows lacks",
+                "Run it in WSL2 (CPU ranks over gloo work there); --dry-run still prints the plan here",
+            ))  # fmt: skip
+    needs_node_rank = spec.nnodes > 1 and not (spec.ml_framework == "torch" and spec.rendezvous.backend == "c10d")
+    if needs_node_rank and spec.node_rank is None:
+        issues.append(Issue(
+            "node_rank",
+            f"this is a {spec.nnodes}-node run and each node starts its own launcher, "
+            "but this one was not told which node it is",
+            "Pass --node-rank 0 on the first node, --node-rank 1 on the second, and so on "
+            "(--dry-run prints every node's command)",
+        ))  # fmt: skip
+    if spec.device == "cuda":
+        if visible_gpus == 0:
+            issues.append(Issue(
+                "device",
+                "cuda was asked for but no CUDA device is visible on this machine "
+                "(CUDA_VISIBLE_DEVICES / nvidia-smi)",
+                f"Use --device cpu --nproc {spec.nproc_per_node} for CPU ranks over gloo",
+            ))  # fmt: skip
+        elif spec.nproc_per_node > visible_gpus:
+            issues.append(Issue(
+                "nproc_per_node",
+                f"{spec.nproc_per_node} GPU processes per node need {spec.nproc_per_node} GPUs "
+                f"but {visible_gpus} are visible (CUDA_VISIBLE_DEVICES is honoured)",
+                f"Use --gpus {visible_gpus}, or --device cpu --nproc {spec.nproc_per_node}",
+            ))  # fmt: skip
+    return issues

@@ -1,0 +1,300 @@
+"""plan.py: generated commands, checked by feeding them back through the real launcher parsers.
+
+torchrun's own ``get_args_parser()`` and skrl's JAX launcher parser must read back every value we
+meant; the worker arguments are read back with a parser of docs/ARCHITECTURE.md's worker command
+line. (These tests import torch and skrl; the planner itself must not -- see test_cli.py.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from islab.plan import build_plan, format_json, format_text, launch_issues, plan_env, shell_line
+from islab.spec import Provided, ResolvedSpec, resolve_spec
+from islab.worker import ENTRY_SCRIPT
+
+NOW = datetime(2026, 3, 4, 5, 6, 7)
+FREE_PORT = 45678
+STAMP = "2026-03-04_05-06-07"
+
+
+def resolved(**values: object) -> ResolvedSpec:
+    layer = {name.replace("__", "."): Provided(value, f"--{name}") for name, value in values.items()}
+    layer.setdefault("python", Provided("/opt/py/bin/python", "--python"))
+    return resolve_spec(layer)
+
+
+def plan_for(**values: object):
+    return build_plan(resolved(**values).spec, now=NOW, free_port=FREE_PORT)
+
+
+def worker_parser() -> argparse.ArgumentParser:
+    """The worker command line as docs/ARCHITECTURE.md fixes it."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lib", choices=["rl_games", "rsl_rl", "skrl"], required=True)
+    parser.add_argument("--ml-framework", choices=["torch", "jax"], required=True)
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--num-envs", type=int, required=True)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--max-iterations", type=int, required=True)
+    parser.add_argument("--device", choices=["cuda", "cpu"], required=True)
+    parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--distributed", action="store_true")
+    parser.add_argument("overrides", nargs="*")
+    return parser
+
+
+def torchrun_args(argv: tuple[str, ...]) -> argparse.Namespace:
+    from torch.distributed.run import get_args_parser
+
+    assert argv[:3] == ("/opt/py/bin/python", "-m", "torch.distributed.run")
+    return get_args_parser().parse_args(list(argv[3:]))
+
+
+def jax_launcher_args(argv: tuple[str, ...]) -> argparse.Namespace:
+    from skrl.utils.distributed.jax.launcher import _get_args_parser
+
+    assert argv[:3] == ("/opt/py/bin/python", "-m", "skrl.utils.distributed.jax")
+    return _get_args_parser().parse_args(list(argv[3:]))
+
+
+def check_worker(args: list[str], **expected: object) -> argparse.Namespace:
+    worker = worker_parser().parse_args(args)
+    for name, value in expected.items():
+        assert getattr(worker, name) == value, name
+    assert worker.distributed
+    return worker
+
+
+# ----------------------------------------------------------------------------------------------
+# torchrun
+# ----------------------------------------------------------------------------------------------
+
+
+def test_workstation_two_gpus():
+    plan = plan_for(lib="rsl_rl", device="cuda", nproc_per_node=2, num_envs=1024, seed=3)
+    assert plan.launcher == "torchrun" and len(plan.nodes) == 1
+    args = torchrun_args(plan.nodes[0].argv)
+    assert (args.nproc_per_node, args.nnodes, args.node_rank) == ("2", "1", 0)
+    assert (args.master_addr, args.master_port, args.max_restarts) == ("127.0.0.1", FREE_PORT, 0)
+    assert args.rdzv_backend == "static"
+    assert args.module and args.training_script == "islab.worker"
+    run_dir = f"logs/rsl_rl/Islab-Cartpole-v0/{STAMP}"
+    check_worker(
+        args.training_script_args, lib="rsl_rl", ml_framework="torch", task="Islab-Cartpole-v0",
+        num_envs=1024, seed=3, max_iterations=150, device="cuda", run_dir=run_dir, overrides=[],
+    )  # fmt: skip
+    assert plan.run_dir == run_dir and plan.node0_port == FREE_PORT
+
+
+def test_exact_torchrun_argv_shape():
+    argv = plan_for(device="cpu", nproc_per_node=2).nodes[0].argv
+    assert list(argv[:16]) == [
+        "/opt/py/bin/python", "-m", "torch.distributed.run", "--nproc_per_node", "2", "--nnodes", "1",
+        "--node_rank", "0", "--master_addr", "127.0.0.1", "--master_port", str(FREE_PORT),
+        "--max_restarts", "0", "-m",
+    ]  # fmt: skip
+    assert argv[16] == "islab.worker"
+
+
+def test_multinode_static_plans_every_node():
+    plan = plan_for(nnodes=2, nproc_per_node=4, rendezvous__master_addr="10.0.0.1", max_restarts=2)
+    assert [node.node_rank for node in plan.nodes] == [0, 1]
+    for node in plan.nodes:
+        args = torchrun_args(node.argv)
+        assert (args.nproc_per_node, args.nnodes, args.node_rank) == ("4", "2", node.node_rank)
+        # no probed port: every node must agree without talking first
+        assert (args.master_addr, args.master_port, args.max_restarts) == ("10.0.0.1", 29500, 2)
+    assert plan.node0_port == 29500
+
+
+def test_multinode_with_node_rank_plans_that_node_only():
+    plan = plan_for(nnodes=3, node_rank=2, rendezvous__master_addr="node0", rendezvous__master_port=6000)
+    assert [node.node_rank for node in plan.nodes] == [2]
+    args = torchrun_args(plan.nodes[0].argv)
+    assert (args.node_rank, args.master_addr, args.master_port) == (2, "node0", 6000)
+
+
+def test_multinode_c10d_has_no_node_rank():
+    plan = plan_for(
+        lib="rl_games", nnodes=2, nproc_per_node=2, rendezvous__backend="c10d",
+        rendezvous__endpoint="node0.cluster:29400", rendezvous__id="job-7",
+    )  # fmt: skip
+    for node in plan.nodes:
+        assert "--node_rank" not in node.argv and "--master_addr" not in node.argv
+        args = torchrun_args(node.argv)
+        assert (args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id) == ("c10d", "node0.cluster:29400", "job-7")
+        assert (args.nnodes, args.nproc_per_node) == ("2", "2")
+        check_worker(args.training_script_args, lib="rl_games")
+    assert plan.node0_port is None
+
+
+def test_single_node_c10d_defaults_to_local_endpoint():
+    args = torchrun_args(plan_for(rendezvous__backend="c10d").nodes[0].argv)
+    assert (args.rdzv_endpoint, args.rdzv_id) == (f"127.0.0.1:{FREE_PORT}", "islab")
+
+
+def test_cpu_ranks_and_overrides():
+    plan = plan_for(
+        lib="skrl", device="cpu", nproc_per_node=2, num_envs=64, overrides=("agent.learning_rate=0.1", "+x.y=[1, 2]")
+    )
+    args = torchrun_args(plan.nodes[0].argv)
+    assert args.nproc_per_node == "2"
+    check_worker(
+        args.training_script_args,
+        lib="skrl",
+        device="cpu",
+        num_envs=64,
+        overrides=["agent.learning_rate=0.1", "+x.y=[1, 2]"],
+    )
+    assert dict(plan.nodes[0].env) == {"GIT_PYTHON_REFRESH": "quiet"}
+
+
+# ----------------------------------------------------------------------------------------------
+# skrl-JAX
+# ----------------------------------------------------------------------------------------------
+
+
+def test_jax_single_node():
+    plan = plan_for(lib="skrl", ml_framework="jax", device="cuda", nproc_per_node=2)
+    assert plan.launcher == "skrl-jax"
+    args = jax_launcher_args(plan.nodes[0].argv)
+    assert (args.nnodes, args.nproc_per_node, args.node_rank) == (1, 2, 0)
+    assert args.coordinator_address == f"127.0.0.1:{FREE_PORT}"  # not skrl's fixed 5000
+    assert args.script == str(ENTRY_SCRIPT)
+    check_worker(args.script_args, lib="skrl", ml_framework="jax", device="cuda")
+    assert dict(plan.nodes[0].env) == {"GIT_PYTHON_REFRESH": "quiet", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    assert plan.node0_port == FREE_PORT
+
+
+def test_jax_cpu_sets_jax_platforms():
+    env = plan_env(resolved(lib="skrl", ml_framework="jax", device="cpu").spec)
+    assert env["JAX_PLATFORMS"] == "cpu" and env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+
+
+def test_jax_multinode_ranks_match_what_skrls_launcher_would_set(monkeypatch):
+    """Run skrl's real launch() on our argv (process start intercepted) and compare the env of
+    every rank with the ranks islab-train starts itself."""
+    from skrl.utils.distributed.jax import launcher
+
+    plan = plan_for(
+        lib="skrl", ml_framework="jax", device="cpu", nnodes=2, nproc_per_node=2,
+        coordinator_address="10.0.0.1:7777",
+    )  # fmt: skip
+    for node in plan.nodes:
+        captured = {}
+
+        def fake_start(cmd, envs, nprocs, captured=captured):
+            captured.update(cmd=cmd, envs=envs, nprocs=nprocs)
+
+        monkeypatch.setattr(launcher, "_start_processes", fake_start)
+        monkeypatch.setattr(sys, "argv", ["launcher", *node.argv[3:]])
+        launcher.launch()
+        assert captured["nprocs"] == 2 == len(node.ranks)
+        assert captured["cmd"][1:] == list(node.ranks[0].argv[1:])  # [script, *args]
+        for rank, skrl_env in zip(node.ranks, captured["envs"], strict=True):
+            jax_vars = {k: v for k, v in skrl_env.items() if k.startswith("JAX_") and k != "JAX_PLATFORMS"}
+            ours = {k: v for k, v in rank.env.items() if k.startswith("JAX_") and k != "JAX_PLATFORMS"}
+            assert ours == jax_vars
+        assert [r.global_rank for r in node.ranks] == [node.node_rank * 2, node.node_rank * 2 + 1]
+    assert plan.nodes[1].ranks[1].env["JAX_RANK"] == "3"
+    assert plan.nodes[1].ranks[1].env["JAX_WORLD_SIZE"] == "4"
+
+
+# ----------------------------------------------------------------------------------------------
+# Run directory and printing
+# ----------------------------------------------------------------------------------------------
+
+
+def test_run_dir_uses_clock_and_run_name():
+    plan = plan_for(lib="rl_games", run_name="exp_1", log_dir="/data/runs")
+    assert plan.run_dir == f"/data/runs/rl_games/Islab-Cartpole-v0/{STAMP}_exp_1"
+    assert plan_for().run_dir == plan_for().run_dir  # deterministic for a fixed clock
+
+
+def test_json_shape_is_exact_and_secrets_masked(tmp_path):
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text("env: {WANDB_API_KEY: hunter2, NCCL_DEBUG: INFO}\ndevice: cpu\nnproc_per_node: 2\n")
+    spec = resolve_spec({"python": Provided("/opt/py/bin/python", "--python")}, None, cluster).spec
+    plan = build_plan(spec, now=NOW, free_port=FREE_PORT)
+    data = json.loads(format_json(plan))
+    assert set(data) == {"launcher", "nodes"}
+    assert data["launcher"] == "torchrun"
+    (node,) = data["nodes"]
+    assert set(node) == {"node_rank", "argv", "env"}
+    assert node["node_rank"] == 0 and node["argv"] == list(plan.nodes[0].argv)
+    assert node["env"] == {"WANDB_API_KEY": "****", "NCCL_DEBUG": "INFO", "GIT_PYTHON_REFRESH": "quiet"}
+    assert plan.nodes[0].env["WANDB_API_KEY"] == "hunter2"  # the real value is what runs
+    assert "hunter2" not in format_json(plan)
+    assert "hunter2" not in format_text(plan, resolve_spec(None, None, cluster))
+
+
+def test_text_lines_are_pasteable_with_hostile_values():
+    hostile = "/tmp/my logs/$(touch pwned);'q\"`"
+    spec = resolved(log_dir=hostile, device="cpu").spec
+    plan = build_plan(spec, now=NOW, free_port=FREE_PORT)
+    line = shell_line(plan.nodes[0].argv, {"NCCL_DEBUG": "a b;c"})
+    tokens = shlex.split(line)
+    assert tokens[0] == "NCCL_DEBUG=a b;c"
+    assert tokens[1:] == list(plan.nodes[0].argv)
+    assert f"{hostile}/rsl_rl/Islab-Cartpole-v0/{STAMP}" in tokens
+
+
+def test_text_output_labels_nodes_and_explains_sources():
+    res = resolved(nnodes=2, rendezvous__master_addr="10.0.0.1", device="cpu")
+    text = format_text(build_plan(res.spec, now=NOW, free_port=FREE_PORT), res)
+    assert "# node 0\n" in text and "# node 1\n" in text
+    assert "nnodes" in text and "(source: cli, --nnodes)" in text
+    assert "seed                   = 42  (source: default)" in text
+    assert "rendezvous.master_port = 29500  (source: default, chosen by the planner)" in text
+    commands = [line for line in text.splitlines() if not line.startswith("#")]
+    assert len(commands) == 2 and all(c.startswith("GIT_PYTHON_REFRESH=quiet /opt/py/bin/python") for c in commands)
+
+
+# ----------------------------------------------------------------------------------------------
+# Launch checks
+# ----------------------------------------------------------------------------------------------
+
+
+def fields(issues) -> list[str]:
+    return [issue.field for issue in issues]
+
+
+def test_launch_issues():
+    gpu2 = resolved(device="cuda", nproc_per_node=2).spec
+    assert launch_issues(gpu2, platform="linux", visible_gpus=2) == []
+    (issue,) = launch_issues(gpu2, platform="linux", visible_gpus=1)
+    assert "--gpus 1" in issue.fix and "--device cpu --nproc 2" in issue.fix
+    (issue,) = launch_issues(gpu2, platform="linux", visible_gpus=0)
+    assert issue.field == "device" and "--device cpu --nproc 2" in issue.fix
+    cpu = resolved(device="cpu", nproc_per_node=2).spec
+    assert launch_issues(cpu, platform="linux", visible_gpus=0) == []
+    assert fields(launch_issues(cpu, platform="win32", visible_gpus=0)) == ["platform"]
+    assert "NCCL" in launch_issues(gpu2, platform="win32", visible_gpus=2)[0].problem
+
+
+def test_multinode_launch_needs_node_rank_except_c10d():
+    static = resolved(device="cpu", nnodes=2, rendezvous__master_addr="10.0.0.1").spec
+    assert fields(launch_issues(static, platform="linux", visible_gpus=0)) == ["node_rank"]
+    jax = resolved(lib="skrl", ml_framework="jax", device="cpu", nnodes=2, coordinator_address="h:1").spec
+    assert fields(launch_issues(jax, platform="linux", visible_gpus=0)) == ["node_rank"]
+    c10d = resolved(device="cpu", nnodes=2, rendezvous__backend="c10d", rendezvous__endpoint="h:1").spec
+    assert launch_issues(c10d, platform="linux", visible_gpus=0) == []
+
+
+@pytest.mark.parametrize("module", ["islab.plan", "islab.spec", "islab.supervise", "islab.cli"])
+def test_launcher_modules_do_not_import_torch(module):
+    import subprocess
+
+    heavy = ("torch", "numpy", "jax", "skrl", "gymnasium")
+    code = f"import sys, {module}; print([m for m in {heavy!r} if m in sys.modules])"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            cwd=Path(__file__).parent)  # fmt: skip
+    assert result.stdout.strip() == "[]"

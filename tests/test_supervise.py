@@ -1,0 +1,286 @@
+"""supervise.py: exit codes, failing ranks, signal forwarding -- with throwaway child scripts."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from types import MappingProxyType
+
+import pytest
+
+from islab import supervise
+from islab.plan import LaunchPlan, NodePlan, RankLaunch
+
+PY = sys.executable
+
+
+def launcher_plan(argv: list[str], run_dir: str = "run", env: dict[str, str] | None = None) -> LaunchPlan:
+    node = NodePlan(0, tuple(argv), MappingProxyType(env or {}))
+    return LaunchPlan("torchrun", run_dir, (node,))
+
+
+def ranks_plan(scripts: list[str], run_dir: str, tmp_path: Path) -> LaunchPlan:
+    """A skrl-JAX-style plan whose ranks run the given python snippets."""
+    ranks = []
+    for rank, code in enumerate(scripts):
+        script = tmp_path / f"rank{rank}.py"
+        script.write_text(textwrap.dedent(code))
+        env = {"JAX_RANK": str(rank), "JAX_LOCAL_RANK": str(rank)}
+        ranks.append(RankLaunch(rank, rank, (PY, str(script)), MappingProxyType(env)))
+    node = NodePlan(0, ("python", "-m", "skrl.utils.distributed.jax"), MappingProxyType({}), tuple(ranks))
+    return LaunchPlan("skrl-jax", run_dir, (node,))
+
+
+def run_quiet(plan: LaunchPlan, **kwargs: object) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = supervise.run_plan(plan, 0, stdout=out, stderr=err, **kwargs)  # type: ignore[arg-type]
+    return code, out.getvalue(), err.getvalue()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still answers kill(0); check its state
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
+
+
+# ----------------------------------------------------------------------------------------------
+# Exit codes and output
+# ----------------------------------------------------------------------------------------------
+
+
+def test_launcher_exit_code_is_passed_through_and_output_streamed(tmp_path):
+    code, out, err = run_quiet(launcher_plan([PY, "-c", "print('hello'); import sys; sys.exit(3)"], str(tmp_path)))
+    assert code == 3
+    assert "hello" in out
+    assert "torchrun exit code 3" in err
+
+
+def test_launcher_success_is_zero_and_plan_env_reaches_child(tmp_path):
+    child = "import os; print('X=' + os.environ['ISLAB_PROBE'])"
+    code, out, _ = run_quiet(launcher_plan([PY, "-c", child], env={"ISLAB_PROBE": "42"}))
+    assert code == 0
+    assert "X=42" in out
+
+
+def test_death_by_signal_becomes_128_plus_n():
+    code, _, _ = run_quiet(launcher_plan([PY, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]))
+    assert code == 128 + signal.SIGKILL
+
+
+def test_torchrun_failure_summary_names_the_failed_rank(tmp_path):
+    summary = textwrap.dedent(
+        """
+        import sys
+        sys.stderr.write('''torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+        ============================================================
+        islab.worker FAILED
+        ------------------------------------------------------------
+        Root Cause (first observed failure):
+        [0]:
+          time      : 2026-01-01_00:00:00
+          host      : node0
+          rank      : 1 (local_rank: 1)
+          exitcode  : 1 (pid: 123)
+        ''')
+        sys.exit(1)
+        """
+    )
+    code, _, err = run_quiet(launcher_plan([PY, "-c", summary], str(tmp_path / "run")))
+    assert code == 1
+    assert "rank 1 failed" in err
+    assert str(tmp_path / "run" / "logs" / "rank_1.log") in err
+
+
+def test_failed_ranks_from_logs_finds_tracebacks(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "rank_0.log").write_text("training...\n")
+    (logs / "rank_1.log").write_text("Traceback (most recent call last):\n  boom\nRuntimeError: x\n")
+    assert supervise.failed_ranks_from_logs(str(tmp_path)) == [1]
+
+
+TORCHRUN_SUMMARY = """\
+islab.worker FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-11-22_02:02:26
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 6323)  (SIGTERM)
+  traceback : Signal 15 (SIGTERM) received by PID 6323
+[2]:
+  rank      : 3 (local_rank: 1)
+  exitcode  : 2 (pid: 6325)
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-22_02:02:25
+  rank      : 1 (local_rank: 1)
+  exitcode  : 1 (pid: 6324)
+"""
+
+
+def test_torchrun_summary_root_cause_first_and_collateral_ranks_left_out():
+    assert supervise.failed_ranks_from_output(TORCHRUN_SUMMARY.splitlines()) == [1, 3]
+    only_stopped = TORCHRUN_SUMMARY.split("[2]:")[0].splitlines()
+    assert supervise.failed_ranks_from_output(only_stopped) == [0]
+    assert supervise.failed_ranks_from_output(["no summary here"]) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# Ranks supervised directly (skrl-JAX)
+# ----------------------------------------------------------------------------------------------
+
+
+def test_failing_rank_stops_the_others_and_is_named(tmp_path):
+    pid_file = tmp_path / "rank0.pid"
+    sleeper = f"""
+        import os, time
+        open({str(pid_file)!r}, "w").write(str(os.getpid()))
+        time.sleep(60)
+        """
+    failer = """
+        import sys, time
+        time.sleep(0.5)
+        print("rank one is failing")
+        sys.exit(3)
+        """
+    started = time.monotonic()
+    code, out, err = run_quiet(ranks_plan([sleeper, failer], str(tmp_path / "run"), tmp_path))
+    assert code == 3
+    assert time.monotonic() - started < 10, "the sleeping peer must be stopped, not waited for"
+    assert "rank 1 (node 0, local rank 1) exited with code 3" in err
+    assert str(tmp_path / "run" / "logs" / "rank_1.log") in err
+    assert "rank one is failing" in err  # last output quoted in the message
+    assert "[rank 1] rank one is failing" in out
+    assert not pid_alive(int(pid_file.read_text()))
+
+
+def test_all_ranks_succeeding_is_zero_and_ranks_get_their_env(tmp_path):
+    code_template = "import os; print('rank', os.environ['JAX_RANK'], 'local', os.environ['JAX_LOCAL_RANK'])"
+    code, out, err = run_quiet(ranks_plan([code_template, code_template], str(tmp_path), tmp_path))
+    assert code == 0, err
+    assert "[rank 0] rank 0 local 0" in out
+    assert "[rank 1] rank 1 local 1" in out
+
+
+def test_rank_killed_by_signal_fails_the_run(tmp_path):
+    killer = "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"
+    code, _, err = run_quiet(ranks_plan(["import time; time.sleep(30)", killer], str(tmp_path), tmp_path))
+    assert code == 128 + signal.SIGTERM
+    assert "rank 1" in err
+
+
+# ----------------------------------------------------------------------------------------------
+# Signals sent to islab-train itself
+# ----------------------------------------------------------------------------------------------
+
+DRIVER = """
+import sys
+from types import MappingProxyType
+from islab import supervise
+from islab.plan import LaunchPlan, NodePlan
+child = sys.argv[1]
+plan = LaunchPlan("torchrun", "run", (NodePlan(0, (sys.executable, "-c", child), MappingProxyType({{}})),))
+sys.exit(supervise.run_plan(plan, 0, grace_s={grace}))
+"""
+
+
+def start_driver(tmp_path: Path, child_code: str, grace: float = 10.0) -> subprocess.Popen[bytes]:
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER.format(grace=grace))
+    return subprocess.Popen([PY, str(driver), child_code], cwd=tmp_path)
+
+
+def wait_for(path: Path, timeout: float = 10.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text():
+            return path.read_text()
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never appeared")
+
+
+@pytest.mark.parametrize(("signum", "expected"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_signal_is_forwarded_to_the_group_and_exit_is_128_plus_n(tmp_path, signum, expected):
+    pid_file = tmp_path / "child.pid"
+    child = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    driver = start_driver(tmp_path, child)
+    child_pid = int(wait_for(pid_file))
+    driver.send_signal(signum)
+    assert driver.wait(timeout=15) == expected
+    assert not pid_alive(child_pid)
+
+
+def test_child_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    child = (
+        "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        f"open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    )
+    driver = start_driver(tmp_path, child, grace=0.5)
+    child_pid = int(wait_for(pid_file))
+    started = time.monotonic()
+    driver.send_signal(signal.SIGTERM)
+    assert driver.wait(timeout=15) == 143
+    assert time.monotonic() - started < 8
+    assert not pid_alive(child_pid)
+
+
+# ----------------------------------------------------------------------------------------------
+# Machine probes
+# ----------------------------------------------------------------------------------------------
+
+
+class FakeRun:
+    def __init__(self, stdout: str, returncode: int = 0):
+        self.stdout, self.returncode = stdout, returncode
+
+    def __call__(self, *args: object, **kwargs: object) -> FakeRun:
+        return self
+
+
+@pytest.mark.parametrize(
+    ("visible", "expected"),
+    [("0,1", 2), ("0", 1), ("", 0), ("-1", 0), ("0,-1,2", 1), ("GPU-aaaa,GPU-bbbb,GPU-cccc", 3)],
+)
+def test_visible_gpu_count_honours_cuda_visible_devices(visible, expected):
+    never = FakeRun("GPU 0: X\nGPU 1: Y\nGPU 2: Z\nGPU 3: W\n")
+    assert (
+        supervise.visible_gpu_count({"CUDA_VISIBLE_DEVICES": visible}, lambda _: "/bin/nvidia-smi", never) == expected
+    )
+
+
+def test_visible_gpu_count_from_nvidia_smi_or_zero():
+    listing = FakeRun("GPU 0: NVIDIA H100 (UUID: GPU-1)\nGPU 1: NVIDIA H100 (UUID: GPU-2)\n")
+    assert supervise.visible_gpu_count({}, lambda _: "/usr/bin/nvidia-smi", listing) == 2
+    assert supervise.visible_gpu_count({}, lambda _: None, listing) == 0
+    assert supervise.visible_gpu_count({}, lambda _: "/usr/bin/nvidia-smi", FakeRun("", 9)) == 0
+
+
+def test_free_port_probe_and_port_in_use():
+    port = supervise.find_free_port()
+    assert 1 <= port <= 65535
+    assert supervise.port_is_free(port)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        assert not supervise.port_is_free(busy.getsockname()[1])
+
+
+def test_write_launch_record_creates_run_dir(tmp_path):
+    target = supervise.write_launch_record(str(tmp_path / "a" / "b"), {"spec": {"lib": "rsl_rl"}})
+    assert target == tmp_path / "a" / "b" / "launch.yaml"
+    assert "lib: rsl_rl" in target.read_text()
