@@ -24,7 +24,7 @@ WORKER_MAIN = REPO / "src" / "islab" / "worker" / "__main__.py"
 def clean_environment(monkeypatch):
     """No ISLAB_* from the developer's shell, and a machine with no GPUs unless a test says so."""
     for name in list(os.environ):
-        if name.startswith("ISLAB_"):
+        if name.startswith(("ISLAB_", "SLURM_")):  # SLURM_*: the suite may itself run under srun
             monkeypatch.delenv(name)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
 
@@ -301,9 +301,12 @@ HEAVY = ("torch", "numpy", "gymnasium", "jax", "skrl", "rsl_rl", "rl_games")
         ["--lib", "skrl", "--ml-framework", "jax", "--gpus", "2", "--dry-run", "--json"],
         ["--help"],
         ["--num-envs", "0", "--dry-run"],
+        ["sbatch", "--device", "cpu", "--nproc", "2", "--log-dir", "{tmp}/logs"],
+        ["doctor", "--help"],
     ],
 )
-def test_fast_paths_import_no_torch(args):
+def test_fast_paths_import_no_torch(args, tmp_path):
+    args = [arg.replace("{tmp}", str(tmp_path)) for arg in args]
     result = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "islab.cli", *args],
         capture_output=True, text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},

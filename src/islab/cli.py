@@ -16,6 +16,7 @@ RL library (CI runs them constantly). typer does not import rich until help is r
 
 from __future__ import annotations
 
+import inspect
 import sys
 from datetime import datetime
 from enum import Enum
@@ -27,7 +28,11 @@ import typer
 from islab.spec import Issue, Provided, SpecError, mask_env
 
 if TYPE_CHECKING:
-    from islab.spec import ResolvedSpec
+    from islab.plan import LaunchPlan
+    from islab.spec import ResolvedSpec, RunSpec
+
+# islab-train's own arguments as typed (set by run()), for the "how to resume" hint.
+_ARGV: list[str] = []
 
 PROG = "islab-train"
 # Characters that typesetting puts where "--" was meant (the Chinese edition of Isaac Lab's guide
@@ -79,7 +84,21 @@ EPILOG = """\
   [dim]# Isaac Sim's interpreter runs the launcher and the ranks[/dim]
   islab-train --python ${ISAACSIM_PYTHON_EXE} --gpus all
 
-Precedence: command line > ISLAB_* environment > --cluster YAML > defaults.
+  [dim]# check this node first (GPUs, NCCL, address/port, interfaces, versions, driver, disk)[/dim]
+  islab-train doctor --cluster configs/cluster/two-node-static.yaml --node-rank 1
+
+  [dim]# SLURM: write a batch script, submit it (each node runs islab-train --slurm)[/dim]
+  islab-train sbatch --nnodes 2 --gpus 4 --partition gpu > job.sh && sbatch job.sh
+
+  [dim]# see every rank's output, prefixed [rank R] (default: progress + rank 0's errors)[/dim]
+  islab-train --device cpu --nproc 2 --all-ranks
+
+  [dim]# which tasks exist, and for which libraries[/dim]
+  islab-train tasks
+
+Commands: islab-train doctor | sbatch | tasks (each has --help).
+Precedence: command line > SLURM allocation (--slurm / under srun) > ISLAB_* environment
+> --cluster YAML > defaults.
 Exit codes: 0 ok / dry run, 2 bad spec (nothing started), else the training's status
 (signal N -> 128+N; Ctrl-C -> 130). Reference: docs/CLI.md.
 """
@@ -116,6 +135,8 @@ OPTION_FIELDS: dict[str, tuple[str, str]] = {
     "python": ("python", "--python"),
     "overrides": ("overrides", "KEY=VALUE"),
 }
+# Options of the training command that are not spec fields (doctor and sbatch reuse the rest).
+NOT_SPEC_OPTIONS = frozenset({"dry_run", "json_output", "all_ranks"})
 
 
 def env_var(param_name: str) -> str:
@@ -287,6 +308,18 @@ def train(
             rich_help_panel=PANEL_CLUSTER,
         ),
     ] = None,
+    slurm: Annotated[
+        bool | None,
+        typer.Option(
+            "--slurm/--no-slurm",
+            help="Take nnodes, the node rank and node 0's address:port from the SLURM allocation "
+            "(SLURM_NNODES, SLURM_NODEID, first host of SLURM_JOB_NODELIST, 20000 + SLURM_JOB_ID % 20000). "
+            "On by itself under srun; options on the command line still win. [default: auto]",
+            envvar=env_var("slurm"),
+            rich_help_panel=PANEL_CLUSTER,
+            show_default=False,
+        ),
+    ] = None,
     # --- output ------------------------------------------------------------------------------
     run_name: Annotated[
         str | None,
@@ -330,19 +363,47 @@ def train(
             rich_help_panel=PANEL_OUTPUT,
         ),
     ] = False,
+    all_ranks: Annotated[
+        bool,
+        typer.Option(
+            "--all-ranks",
+            help="Show every rank's output on the console, prefixed [rank R]. By default only rank 0's "
+            "warnings/errors and the progress display are shown; every rank's full output is always in "
+            "<run_dir>/logs/rank_<R>.log.",
+            envvar=env_var("all_ranks"),
+            rich_help_panel=PANEL_OUTPUT,
+        ),
+    ] = False,
 ) -> None:
-    values = dict(ctx.params)
+    resolved = _resolve(ctx, gpus, cluster, slurm)
+    if json_output and not dry_run:
+        _fail(SpecError(Issue("--json", "only works together with --dry-run", "Add --dry-run")))
+    _plan_and_go(resolved, dry_run=dry_run, json_output=json_output, all_ranks=all_ranks)
+
+
+def _slurm_layer(flag: bool | None) -> Any:
+    """The SLURM allocation's layer builder when SLURM mode is on (--slurm, or under srun)."""
+    import os
+
+    from islab import slurm as slurm_mode
+
+    if flag is False or (flag is None and not slurm_mode.in_srun_step(os.environ)):
+        return None
+    return slurm_mode.allocation_from_environ(os.environ).layer
+
+
+def _resolve(
+    ctx: typer.Context, gpus: str | None, cluster: Path | None, slurm: bool | None, *, slurm_layer: Any = None
+) -> ResolvedSpec:
+    """Command line + ISLAB_* + cluster file (+ SLURM allocation) -> validated spec, or exit 2."""
     try:
-        cli_layer, env_layer = _layers(ctx, values)
+        cli_layer, env_layer = _layers(ctx, dict(ctx.params))
         _apply_gpus(ctx, gpus, cli_layer, env_layer)
         from islab.spec import resolve_spec
 
-        resolved = resolve_spec(cli_layer, env_layer, cluster)
+        return resolve_spec(cli_layer, env_layer, cluster, slurm=slurm_layer or _slurm_layer(slurm))
     except SpecError as exc:
         _fail(exc)
-    if json_output and not dry_run:
-        _fail(SpecError(Issue("--json", "only works together with --dry-run", "Add --dry-run")))
-    _plan_and_go(resolved, dry_run=dry_run, json_output=json_output)
 
 
 def _source_of(ctx: typer.Context, name: str) -> str:
@@ -414,7 +475,7 @@ def _fail(exc: SpecError, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
-def _plan_and_go(resolved: ResolvedSpec, *, dry_run: bool, json_output: bool) -> None:
+def _plan_and_go(resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, all_ranks: bool = False) -> None:
     from islab import plan as planner
     from islab import supervise
 
@@ -439,13 +500,7 @@ def _plan_and_go(resolved: ResolvedSpec, *, dry_run: bool, json_output: bool) ->
     if issues:
         _fail(SpecError(issues))
     node_rank = spec.node_rank if spec.node_rank is not None else 0
-    if node_rank == 0 and plan.node0_port is not None and not supervise.port_is_free(plan.node0_port):
-        field = "coordinator_address" if plan.launcher == "skrl-jax" else "rendezvous.master_port"
-        _fail(SpecError(Issue(
-            field,
-            f"port {plan.node0_port} is already in use on this node (node 0 must listen on it)",
-            "Choose another port (--master-port / --coordinator-address), or stop the job using it",
-        )))  # fmt: skip
+    _preflight(spec, plan, visible_gpus)
 
     record = {
         "spec": spec.to_plain(),
@@ -460,7 +515,277 @@ def _plan_and_go(resolved: ResolvedSpec, *, dry_run: bool, json_output: bool) ->
     supervise.write_launch_record(plan.run_dir, record)
     where = f"node {spec.node_rank}" if spec.node_rank is not None else "this node"
     print(f"islab-train: starting {plan.launcher} on {where}; run directory: {plan.run_dir}", file=sys.stderr)
-    raise typer.Exit(supervise.run_plan(plan, node_rank))
+    first_rank = node_rank * spec.nproc_per_node
+    hosts_rank0 = node_rank == 0
+    console = supervise.ConsoleOptions(
+        all_ranks=all_ranks,
+        progress=hosts_rank0,
+        live=hosts_rank0 and sys.stdout.isatty(),
+        note=f"{spec.lib} · {spec.task} · {spec.nnodes * spec.nproc_per_node} rank(s) on {spec.device}",
+        argv=tuple(_ARGV),
+    )
+    if not hosts_rank0:
+        print(
+            f"islab-train: node {node_rank} runs ranks {first_rank}-{first_rank + spec.nproc_per_node - 1}; "
+            "progress is shown on node 0 (rank 0). Logs: "
+            f"{plan.run_dir}/logs/rank_<R>.log",
+            file=sys.stderr,
+        )
+    raise typer.Exit(supervise.run_plan(plan, node_rank, console=console))
+
+
+def _preflight(spec: RunSpec, plan: LaunchPlan, visible_gpus: int) -> None:
+    """The cheap doctor checks before a real launch: errors stop it (exit 2), warnings print."""
+    from islab import doctor
+
+    facts = doctor.gather_facts(spec, plan, full=False, visible_gpus=visible_gpus)
+    errors, warnings = doctor.launch_messages(doctor.run_checks(facts, doctor.CHEAP))
+    for line in warnings + errors:
+        print(line, file=sys.stderr)
+    if errors:
+        print(f"islab-train: nothing was started; '{PROG} doctor' with the same options checks more.", file=sys.stderr)
+        raise typer.Exit(2)
+
+
+# ----------------------------------------------------------------------------------------------
+# Subcommands: doctor, sbatch, tasks
+# ----------------------------------------------------------------------------------------------
+#
+# The training command takes trailing KEY=VALUE arguments, which a click group cannot combine with
+# subcommand names; so `run()` dispatches on the first argument instead. `doctor` and `sbatch`
+# accept the training command's spec options: their signatures are built from `train`'s, so
+# option names, help, environment variables and validation stay one definition.
+
+SUBCOMMANDS = ("doctor", "sbatch", "tasks")
+PANEL_DOCTOR = "Doctor"
+PANEL_SBATCH = "Batch script"
+
+commands = typer.Typer(
+    name=PROG,
+    add_completion=False,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    pretty_exceptions_enable=False,
+    no_args_is_help=True,
+)
+
+
+def _with_spec_options(*, exclude: tuple[str, ...] = (), own: tuple[inspect.Parameter, ...] = ()) -> Any:
+    """Give a ``(ctx, **options)`` command the training command's spec options plus ``own``."""
+
+    def decorate(func: Any) -> Any:
+        shared = [
+            parameter
+            for name, parameter in inspect.signature(train, eval_str=True).parameters.items()
+            if name not in NOT_SPEC_OPTIONS and name not in exclude and name != "ctx"
+        ]
+        context = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
+        func.__signature__ = inspect.Signature([context, *shared, *own])
+        return func
+
+    return decorate
+
+
+def _own_option(name: str, annotation: Any, default: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
+
+
+JSON_OPTION = _own_option(
+    "json_output",
+    Annotated[
+        bool, typer.Option("--json", help="Print JSON (for CI) instead of a table.", rich_help_panel=PANEL_DOCTOR)
+    ],
+    False,
+)
+
+DOCTOR_EPILOG = """\
+[bold]Examples[/bold]
+
+  [dim]# this workstation, before a 2-GPU run[/dim]
+  islab-train doctor --gpus 2
+
+  [dim]# each node of a cluster, same file; node 1 also checks that node 0's port answers[/dim]
+  islab-train doctor --cluster configs/cluster/two-node-static.yaml --node-rank 1
+
+  [dim]# CI: machine-readable; exit 0 only when nothing failed[/dim]
+  islab-train doctor --device cpu --nproc 2 --json
+
+Exit codes: 0 no check failed (warnings allowed), 1 a check failed, 2 the options are wrong.
+islab-train runs the cheap checks (interfaces, address, port, disk) before every real launch.
+"""
+
+
+@commands.command(
+    "doctor",
+    epilog=DOCTOR_EPILOG,
+    help="Check this node before launching: GPUs vs processes, NCCL/gloo, the rendezvous address "
+    "and port, NCCL_/GLOO_SOCKET_IFNAME, library versions, driver vs torch CUDA, disk, OS. "
+    "Takes the same options as a launch.",
+)
+@_with_spec_options(own=(JSON_OPTION,))
+def doctor_command(ctx: typer.Context, **options: Any) -> None:
+    from islab import doctor, supervise
+    from islab import plan as planner
+
+    resolved = _resolve(ctx, options["gpus"], options["cluster"], options["slurm"])
+    spec = resolved.spec
+    try:
+        plan = planner.build_plan(spec, now=datetime.now(), free_port=supervise.find_free_port())
+    except SpecError as exc:
+        _fail(exc)
+    facts = doctor.gather_facts(spec, plan, full=True)
+    checks = doctor.run_checks(facts)
+    if options["json_output"]:
+        print(doctor.to_json(checks, facts))
+    else:
+        from rich.console import Console
+
+        doctor.render_table(checks, facts, Console(highlight=False, width=None if sys.stdout.isatty() else 140))
+    raise typer.Exit(0 if doctor.all_passed(checks) else 1)
+
+
+SBATCH_OPTIONS = (
+    _own_option(
+        "partition",
+        Annotated[str | None, typer.Option(help="#SBATCH --partition.", rich_help_panel=PANEL_SBATCH)],
+        None,
+    ),
+    _own_option(
+        "time",
+        Annotated[
+            str | None,
+            typer.Option(help="#SBATCH --time, e.g. 02:00:00.", rich_help_panel=PANEL_SBATCH),
+        ],
+        None,
+    ),
+    _own_option(
+        "cpus_per_task",
+        Annotated[
+            int | None,
+            typer.Option(
+                help="#SBATCH --cpus-per-task (one task per node). Default: --nproc for CPU ranks, 4 per GPU.",
+                rich_help_panel=PANEL_SBATCH,
+            ),
+        ],
+        None,
+    ),
+    _own_option(
+        "job_name",
+        Annotated[
+            str | None, typer.Option(help="#SBATCH --job-name. Default: islab-<lib>.", rich_help_panel=PANEL_SBATCH)
+        ],
+        None,
+    ),
+)
+
+SBATCH_EPILOG = """\
+[bold]Examples[/bold]
+
+  [dim]# 2 nodes x 4 GPUs, submit right away[/dim]
+  islab-train sbatch --nnodes 2 --gpus 4 --partition gpu --time 04:00:00 > job.sh && sbatch job.sh
+
+  [dim]# CPU ranks on one node[/dim]
+  islab-train sbatch --device cpu --nproc 2 --num-envs 64 --max-iterations 3 > job.sh
+
+Every node runs `islab-train --slurm ...` with the options given here; nnodes, the node rank and
+node 0's address:port come from the allocation. The job's output goes to
+<log_dir>/slurm-<job name>-<job id>.out (the log directory is created now).
+"""
+
+
+@commands.command(
+    "sbatch",
+    epilog=SBATCH_EPILOG,
+    help="Print a SLURM batch script that runs this training on --nnodes nodes (one "
+    "islab-train --slurm per node, started by srun). Usage: islab-train sbatch ... > job.sh && sbatch job.sh",
+)
+@_with_spec_options(exclude=("slurm", "node_rank"), own=SBATCH_OPTIONS)
+def sbatch_command(ctx: typer.Context, **options: Any) -> None:
+    from islab import slurm as slurm_mode
+
+    def planned_allocation(chosen: Any) -> Any:
+        nnodes = chosen.get("nnodes", 1)
+        nnodes = nnodes if isinstance(nnodes, int) and not isinstance(nnodes, bool) and nnodes > 0 else 1
+        hosts = tuple(f"node{index}" for index in range(nnodes))
+        return slurm_mode.Allocation(1, nnodes, 0, hosts, "SLURM_JOB_NODELIST", "SLURM_NNODES").layer(chosen)
+
+    resolved = _resolve(ctx, options["gpus"], options["cluster"], None, slurm_layer=planned_allocation)
+    spec = resolved.spec
+    log_dir = Path(spec.log_dir).absolute()
+    gpus_per_node = spec.nproc_per_node if spec.device == "cuda" else 0
+    cpus = options["cpus_per_task"] or (spec.nproc_per_node if spec.device == "cpu" else 4 * spec.nproc_per_node)
+    batch = slurm_mode.BatchOptions(
+        nodes=spec.nnodes,
+        job_name=options["job_name"] or f"islab-{spec.lib}",
+        output=str(log_dir / "slurm-%x-%j.out"),
+        cpus_per_task=cpus,
+        gpus_per_node=gpus_per_node,
+        partition=options["partition"],
+        time=options["time"],
+    )
+    issues = slurm_mode.batch_option_issues(batch)
+    if issues:
+        _fail(SpecError(issues))
+    node_command = [spec.python, "-m", "islab.cli", "--slurm", *_forwarded_options(ctx, options, log_dir)]
+    log_dir.mkdir(parents=True, exist_ok=True)
+    print(slurm_mode.sbatch_script(batch, node_command), end="", flush=True)
+    print(f"islab-train: batch script for {spec.nnodes} node(s); job output goes to {batch.output}", file=sys.stderr)
+
+
+def _forwarded_options(ctx: typer.Context, options: dict[str, Any], log_dir: Path) -> list[str]:
+    """The options typed for `sbatch` that each node's `islab-train --slurm` must get too
+    (ISLAB_* variables reach the nodes through sbatch's default --export=ALL)."""
+    args: list[str] = []
+    for name, (_, option) in OPTION_FIELDS.items():
+        value = options.get(name)
+        if name in {"overrides", "nnodes"} or value is None or _source_of(ctx, name) != "COMMANDLINE":
+            continue
+        if name == "log_dir":
+            value = str(log_dir)
+        args += [option, value.value if isinstance(value, Enum) else str(value)]
+    for name, option in (("gpus", "--gpus"), ("cluster", "--cluster")):
+        value = options.get(name)
+        if value is not None and _source_of(ctx, name) == "COMMANDLINE":
+            args += [option, str(Path(value).absolute()) if name == "cluster" else str(value)]
+    return args + list(options.get("overrides") or ())
+
+
+@commands.command("tasks", help="List the registered tasks, their sizes, and which libraries have agent configs.")
+def tasks_command(
+    json_output: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    from islab.tasks import TASKS, agent_config_path, libraries_with_agent_config
+
+    rows = [
+        {
+            "task": info.task_id,
+            "observation_size": info.observation_size,
+            "action_size": info.action_size,
+            "default_num_envs": info.default_num_envs,
+            "agent_configs": libraries_with_agent_config(task_id),
+        }
+        for task_id, info in TASKS.items()
+    ]
+    if json_output:
+        import json
+
+        print(json.dumps(rows, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="islab-train tasks", title_justify="left")
+    for column in ("task", "obs", "actions", "default num_envs", "agent configs (--lib)"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(
+            row["task"], str(row["observation_size"]), str(row["action_size"]), str(row["default_num_envs"]),
+            ", ".join(row["agent_configs"]) or "none",
+        )  # fmt: skip
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+    console.print(table)
+    example = next(iter(TASKS))
+    console.print(f"Agent configs live in {agent_config_path('rsl_rl', example).parent.parent}/<lib>/<task>.yaml")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -517,6 +842,16 @@ def _bad_parameter_issue(exc: Any) -> Issue:
     return Issue(label, message, f"Run '{PROG} --help' for the accepted values")
 
 
+def _wants_subcommand(args: list[str]) -> bool:
+    """`islab-train doctor ...` etc. (also while the shell completes such a command line)."""
+    import os
+
+    if args and args[0] in SUBCOMMANDS:
+        return True
+    words = (os.environ.get("COMP_WORDS") or os.environ.get("_TYPER_COMPLETE_ARGS") or "").split()
+    return len(words) > 1 and words[1] in SUBCOMMANDS
+
+
 def run(argv: list[str] | None = None) -> int:
     """Parse and execute; return the exit status (tests call this in-process)."""
     from typer._click import exceptions as click_exceptions  # typer vendors click
@@ -526,7 +861,8 @@ def run(argv: list[str] | None = None) -> int:
     if dash is not None:
         print(dash.message(), file=sys.stderr)
         return 2
-    command = typer.main.get_command(app)
+    _ARGV[:] = args
+    command = typer.main.get_command(commands if _wants_subcommand(args) else app)
     try:
         result = command.main(args=args, prog_name=PROG, standalone_mode=False)
     except typer.BadParameter as exc:

@@ -3,9 +3,11 @@
 A launch is described by up to four *layers* of settings, highest precedence first:
 
 1. the command line (``--num-envs 64``),
-2. ``ISLAB_*`` environment variables (``ISLAB_NUM_ENVS=64``),
-3. a YAML cluster file (``--cluster two-node.yaml``), shared by every node of a cluster,
-4. built-in defaults.
+2. inside a SLURM allocation (``--slurm`` or under ``srun``): the allocation's node count, node
+   rank and rendezvous address (:mod:`islab.slurm`),
+3. ``ISLAB_*`` environment variables (``ISLAB_NUM_ENVS=64``),
+4. a YAML cluster file (``--cluster two-node.yaml``), shared by every node of a cluster,
+5. built-in defaults.
 
 :func:`resolve_spec` merges them field by field (a command-line ``--master-port`` overrides the
 file's ``rendezvous.master_port`` but keeps its ``master_addr``), validates the result once, and
@@ -29,7 +31,7 @@ import difflib
 import ipaddress
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -92,6 +94,7 @@ class Source(str, Enum):
     """Which layer a resolved value came from."""
 
     CLI = "cli"
+    SLURM = "slurm"
     ENV = "env"
     FILE = "file"
     DEFAULT = "default"
@@ -571,14 +574,30 @@ def resolve_spec(
     cli: Mapping[str, Provided] | None = None,
     env: Mapping[str, Provided] | None = None,
     cluster_file: Path | None = None,
+    slurm: Callable[[Mapping[str, Any]], Mapping[str, Provided]] | None = None,
 ) -> ResolvedSpec:
-    """Merge command line > environment > cluster file > defaults, then validate once.
+    """Merge command line > SLURM allocation > environment > cluster file > defaults, then
+    validate once.
 
     ``cli`` and ``env`` are flat layers keyed by dotted field names (``rendezvous.master_port``);
-    absent keys mean "not given". Raises :class:`SpecError` with human messages.
+    absent keys mean "not given". ``slurm``, when running inside a SLURM allocation, builds the
+    allocation's layer (nodes, node rank, rendezvous) from the values the other layers chose --
+    where the rendezvous goes depends on the launcher and backend (see :mod:`islab.slurm`).
+    Raises :class:`SpecError` with human messages.
     """
     file_layer = load_cluster_file(cluster_file) if cluster_file is not None else {}
-    layers = ((Source.CLI, cli or {}), (Source.ENV, env or {}), (Source.FILE, file_layer))
+    slurm_layer: Mapping[str, Provided] = {}
+    if slurm is not None:
+        chosen: dict[str, Any] = {}
+        for layer in (file_layer, env or {}, cli or {}):
+            chosen.update({name: provided.value for name, provided in layer.items()})
+        slurm_layer = slurm(chosen)
+    layers = (
+        (Source.CLI, cli or {}),
+        (Source.SLURM, slurm_layer),
+        (Source.ENV, env or {}),
+        (Source.FILE, file_layer),
+    )
 
     merged: dict[str, Any] = {}
     sources: dict[str, Source] = {}

@@ -14,7 +14,14 @@ processes (islab-train -> torchrun -> N ranks, or islab-train -> N JAX ranks):
   so for skrl-JAX the ranks are started here directly, with the same ``JAX_*`` variables, polled,
   and the first failure stops the others and fails the run with a message naming the rank.
 * **Failures are named.** After torchrun fails, its failure summary (``rank : 1 (local_rank: 1)``)
-  or a Traceback in ``<run_dir>/logs/rank_<R>.log`` names the rank to look at.
+  or a Traceback in ``<run_dir>/logs/rank_<R>.log`` names the rank to look at, followed by the
+  last lines of that rank's log.
+* **The console is ours.** torchrun runs with ``--tee 3`` so every line of a rank arrives
+  prefixed ``[default<local_rank>]:`` and can be attributed; by default only rank 0's stderr
+  passes (``--all-ranks``: everything, prefixed ``[rank R]``), the ranks' full output being in
+  their log files. On the node that hosts rank 0 a :class:`~islab.display.RunView` draws the
+  progress from ``<run_dir>/progress.jsonl`` and, after a successful run, the summary table and
+  ``curves.png``.
 
 Also here, because they touch the machine: probing a free port and counting visible GPUs without
 importing torch. No torch import in this module.
@@ -33,14 +40,17 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from islab.display import ConsolePolicy, RunView, Stream, finish, rank_prefix, resume_command, route_line
 from islab.plan import LaunchPlan, NodePlan, RankLaunch
 
 DEFAULT_GRACE_S = 10.0
 POLL_INTERVAL_S = 0.05
+TICK_INTERVAL_S = 0.25  # how often the progress display re-reads progress.jsonl
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # torchrun's failure summary: "  rank      : 1 (local_rank: 1)"
 _TORCHRUN_FAILED_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)")
@@ -176,20 +186,68 @@ class _ProcessGroups:
             self.signal_all(signal.SIGKILL)
 
 
-def _pump(pipe: IO[bytes], sink: IO[str], prefix: str, tail: deque[str]) -> None:
-    """Copy a child's output line by line to our stream, keeping the last lines for messages."""
+@dataclass(frozen=True)
+class ConsoleOptions:
+    """How a run looks on the console (see :mod:`islab.display`).
+
+    The defaults (everything shown, no progress display) suit tests and embedding; the command
+    line asks for ``all_ranks=False`` and a progress display on the node that hosts rank 0."""
+
+    all_ranks: bool = True
+    progress: bool = False  # read progress.jsonl: live display or plain lines, summary at the end
+    live: bool = False  # Rich live display (a terminal) instead of plain lines
+    interval_s: float = 10.0  # plain lines: at most one per interval
+    note: str = ""  # shown in the live display's title
+    argv: tuple[str, ...] | None = None  # islab-train's own arguments, for the resume hint
+
+
+def with_tee(argv: Sequence[str]) -> tuple[str, ...]:
+    """torchrun's argv with ``--tee 3`` added, so each worker line arrives as ``[default<L>]:…``.
+    Any other command is returned unchanged."""
+    argv = tuple(argv)
+    for index in range(len(argv) - 1):
+        if argv[index] == "-m" and argv[index + 1] == "torch.distributed.run":
+            if "--tee" in argv or "-t" in argv:
+                return argv
+            return (*argv[: index + 2], "--tee", "3", *argv[index + 2 :])
+    return argv
+
+
+def _pump(
+    pipe: IO[bytes],
+    sink: IO[str],
+    stream: Stream,
+    tail: deque[str],
+    view: RunView,
+    policy: ConsolePolicy,
+    rank: int | None,
+    first_rank: int | None,
+) -> None:
+    """Copy a child's output line by line to the console, as the policy allows, keeping the last
+    lines for messages. ``rank``: the child is that rank; ``first_rank``: the child is torchrun
+    and its worker lines carry a local-rank prefix (global rank = first_rank + local rank)."""
     for raw in iter(pipe.readline, b""):
         line = raw.decode("utf-8", errors="replace")
         tail.append(line.rstrip("\n"))
-        sink.write(prefix + line)
-        sink.flush()
+        line_rank, text = (rank, line) if first_rank is None else route_line(line, first_rank)
+        if policy.shows(line_rank, stream):
+            view.emit(rank_prefix(line_rank) + text, sink)
     pipe.close()
 
 
-def _start_pump(pipe: IO[bytes] | None, sink: IO[str], prefix: str, tail: deque[str]) -> threading.Thread:
-    thread = threading.Thread(target=_pump, args=(pipe, sink, prefix, tail), daemon=True)
+def _start_pump(pipe: IO[bytes] | None, *args: Any) -> threading.Thread:
+    thread = threading.Thread(target=_pump, args=(pipe, *args), daemon=True)
     thread.start()
     return thread
+
+
+def log_tail(run_dir: str, rank: int, lines: int = 15) -> list[str]:
+    """The last lines of ``<run_dir>/logs/rank_<rank>.log`` (empty when it does not exist)."""
+    try:
+        text = Path(run_dir, "logs", f"rank_{rank}.log").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    return text.rstrip("\n").splitlines()[-lines:]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -204,38 +262,75 @@ def run_plan(
     grace_s: float = DEFAULT_GRACE_S,
     stdout: IO[str] | None = None,
     stderr: IO[str] | None = None,
+    console: ConsoleOptions | None = None,
 ) -> int:
     """Run ``node_rank``'s part of ``plan`` to the end; return the exit status for islab-train."""
     node = plan.node(node_rank)
     out = stdout or sys.stdout
     err = stderr or sys.stderr
-    if node.ranks:
-        return _run_ranks(node, plan.run_dir, grace_s, out, err)
-    return _run_launcher(node, plan.run_dir, grace_s, out, err)
+    options = console or ConsoleOptions()
+    view = RunView(
+        plan.run_dir, out, live=options.live, progress=options.progress, note=options.note,
+        interval_s=options.interval_s,
+    )  # fmt: skip
+    try:
+        if node.ranks:
+            status = _run_ranks(node, plan.run_dir, grace_s, out, err, view, options)
+        else:
+            status = _run_launcher(node, plan.run_dir, grace_s, out, err, view, options)
+    finally:
+        view.close()
+    if status == 0 and options.progress:
+        resume = resume_command(options.argv, plan.run_dir) if options.argv is not None else None
+        finish(plan.run_dir, out, tty=options.live, resume=resume, records=view.records)
+    return status
 
 
-def _run_launcher(node: NodePlan, run_dir: str, grace_s: float, out: IO[str], err: IO[str]) -> int:
+def _run_launcher(
+    node: NodePlan, run_dir: str, grace_s: float, out: IO[str], err: IO[str], view: RunView, options: ConsoleOptions
+) -> int:
     """torchrun (or any single launcher command): stream it, forward signals, pass its status on."""
     tail: deque[str] = deque(maxlen=400)
     signalled_at: list[float] = []
+    policy = ConsolePolicy(all_ranks=options.all_ranks)
+    first_rank = node.node_rank * _nproc_of(node.argv)
     with _ProcessGroups(grace_s) as groups:
-        process = groups.start(node.argv, node.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        process = groups.start(with_tee(node.argv), node.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         pumps = [
-            _start_pump(process.stdout, out, "", tail),
-            _start_pump(process.stderr, err, "", tail),
+            _start_pump(process.stdout, out, "out", tail, view, policy, None, first_rank),
+            _start_pump(process.stderr, err, "err", tail, view, policy, None, first_rank),
         ]
+        last_tick = 0.0
         while process.poll() is None:
             groups.escalate_if_signalled(signalled_at)
+            if time.monotonic() - last_tick >= TICK_INTERVAL_S:
+                view.tick()
+                last_tick = time.monotonic()
             time.sleep(POLL_INTERVAL_S)
         for pump in pumps:
             pump.join(timeout=5)
+    view.close()
     if groups.received is not None:
         err.write(f"islab-train: stopped by signal {groups.received}; run directory: {run_dir}\n")
         return 128 + groups.received
     status = exit_code_of(process.returncode)
     if status != 0:
-        err.write(_torchrun_failure_message(status, list(tail), run_dir, node.node_rank) + "\n")
+        ranks = failed_ranks_from_output(list(tail)) or failed_ranks_from_logs(run_dir)
+        err.write(_torchrun_failure_message(status, ranks, run_dir, node.node_rank) + "\n")
+        if ranks and not options.all_ranks:
+            last_lines = log_tail(run_dir, ranks[0])
+            if last_lines:
+                err.write(f"  last lines of {Path(run_dir, 'logs', f'rank_{ranks[0]}.log')}:\n")
+                err.write("".join(f"    {line}\n" for line in last_lines))
     return status
+
+
+def _nproc_of(argv: Sequence[str]) -> int:
+    """``--nproc_per_node N`` of a torchrun argv (1 when absent or not a number)."""
+    argv = list(argv)
+    with contextlib.suppress(ValueError, IndexError):
+        return int(argv[argv.index("--nproc_per_node") + 1])
+    return 1
 
 
 def failed_ranks_from_output(lines: Iterable[str]) -> list[int]:
@@ -276,8 +371,7 @@ def failed_ranks_from_logs(run_dir: str) -> list[int]:
     return sorted(ranks)
 
 
-def _torchrun_failure_message(status: int, tail: list[str], run_dir: str, node_rank: int) -> str:
-    ranks = failed_ranks_from_output(tail) or failed_ranks_from_logs(run_dir)
+def _torchrun_failure_message(status: int, ranks: list[int], run_dir: str, node_rank: int) -> str:
     if ranks:
         logs = ", ".join(str(Path(run_dir, "logs", f"rank_{rank}.log")) for rank in ranks)
         named = ", ".join(str(rank) for rank in ranks)
@@ -292,21 +386,30 @@ def _torchrun_failure_message(status: int, tail: list[str], run_dir: str, node_r
     )
 
 
-def _run_ranks(node: NodePlan, run_dir: str, grace_s: float, out: IO[str], err: IO[str]) -> int:
+def _run_ranks(
+    node: NodePlan, run_dir: str, grace_s: float, out: IO[str], err: IO[str], view: RunView, options: ConsoleOptions
+) -> int:
     """skrl-JAX: start the ranks ourselves, and fail fast and loudly when one of them fails."""
     tails: dict[int, deque[str]] = {rank.global_rank: deque(maxlen=20) for rank in node.ranks}
     signalled_at: list[float] = []
     failed: tuple[RankLaunch, int] | None = None
+    policy = ConsolePolicy(all_ranks=options.all_ranks)
     with _ProcessGroups(grace_s) as groups:
         running: list[tuple[RankLaunch, subprocess.Popen[bytes]]] = []
         pumps = []
         for rank in node.ranks:
-            process = groups.start(rank.argv, rank.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            process = groups.start(rank.argv, rank.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             running.append((rank, process))
-            pumps.append(_start_pump(process.stdout, out, f"[rank {rank.global_rank}] ", tails[rank.global_rank]))
+            tail = tails[rank.global_rank]
+            pumps.append(_start_pump(process.stdout, out, "out", tail, view, policy, rank.global_rank, None))
+            pumps.append(_start_pump(process.stderr, out, "err", tail, view, policy, rank.global_rank, None))
         # Poll every rank each round (a short-circuiting any() would never see a later rank die).
+        last_tick = 0.0
         while [process.poll() for _, process in running].count(None):
             groups.escalate_if_signalled(signalled_at)
+            if time.monotonic() - last_tick >= TICK_INTERVAL_S:
+                view.tick()
+                last_tick = time.monotonic()
             if groups.received is None and failed is None:
                 for rank, process in running:
                     if process.returncode not in (None, 0):
@@ -322,6 +425,7 @@ def _run_ranks(node: NodePlan, run_dir: str, grace_s: float, out: IO[str], err: 
                     break
         for pump in pumps:
             pump.join(timeout=5)
+    view.close()
     if groups.received is not None:
         err.write(f"islab-train: stopped by signal {groups.received}; run directory: {run_dir}\n")
         return 128 + groups.received

@@ -1,0 +1,384 @@
+"""What the user sees while a run trains, and when it ends.
+
+The launcher owns the console; the ranks write to their log files (``<run_dir>/logs/rank_<R>.log``)
+and rank 0 appends one JSON line per iteration to ``<run_dir>/progress.jsonl`` (the "Progress"
+contract in docs/ARCHITECTURE.md). This module turns those files into:
+
+* on a terminal, a **live display** (Rich ``Live``): iteration / max with a bar, total env steps/s
+  of all ranks, mean episode return, elapsed time and ETA; lines from the ranks that are shown
+  (see :class:`ConsolePolicy`) scroll above it;
+* elsewhere (CI logs, ``| tee``), a **plain line** every ``interval_s`` seconds when there is
+  news, and the last one at the end -- no escape codes, one line per report;
+* at the end, a **summary table** from ``summary.json`` (wall time, env steps, steps/s, final mean
+  return, checkpoint, run directory, the command that resumes) and **curves.png** (return and
+  steps/s per iteration) drawn from ``progress.jsonl``. The launcher on node 0 writes it, from
+  rank 0's file, after the ranks have exited -- so no rank pays for matplotlib.
+
+Decisions are pure functions (:func:`plain_line`, :func:`eta_s`, :func:`summary_rows`,
+:func:`route_line`); Rich and matplotlib are imported only when something is drawn.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Literal
+
+PROGRESS_FILE = "progress.jsonl"
+SUMMARY_FILE = "summary.json"
+CURVES_FILE = "curves.png"
+DEFAULT_PLAIN_INTERVAL_S = 10.0
+# torchrun --tee prefixes every line of a worker with "[<role><local_rank>]:"
+_TORCHRUN_LINE = re.compile(r"^\[default(\d+)\]:(.*)$", re.DOTALL)
+
+Stream = Literal["out", "err"]
+
+
+# ----------------------------------------------------------------------------------------------
+# Which lines reach the console
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConsolePolicy:
+    """Default: the launcher's own lines, and rank 0's stderr (warnings, tracebacks); every rank's
+    full output is in its log file. ``all_ranks``: every line of every rank, prefixed."""
+
+    all_ranks: bool = False
+
+    def shows(self, rank: int | None, stream: Stream) -> bool:
+        if rank is None or self.all_ranks:
+            return True
+        return rank == 0 and stream == "err"
+
+
+def route_line(line: str, first_rank: int) -> tuple[int | None, str]:
+    """A line from torchrun's output -> (global rank or None for torchrun's own lines, text).
+
+    ``first_rank`` is the global rank of this node's local rank 0 (``node_rank * nproc``)."""
+    match = _TORCHRUN_LINE.match(line)
+    if match is None:
+        return None, line
+    return first_rank + int(match.group(1)), match.group(2)
+
+
+def rank_prefix(rank: int | None) -> str:
+    return "" if rank is None else f"[rank {rank}] "
+
+
+# ----------------------------------------------------------------------------------------------
+# progress.jsonl
+# ----------------------------------------------------------------------------------------------
+
+
+class ProgressReader:
+    """Reads the records appended to ``progress.jsonl`` since the last call. A half-written last
+    line is left for the next call; lines that are not JSON objects are skipped."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._offset = 0
+        self._partial = b""
+
+    def poll(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self._offset)
+                chunk = handle.read()
+        except OSError:
+            return []
+        self._offset += len(chunk)
+        data = self._partial + chunk
+        *lines, self._partial = data.split(b"\n")
+        return [record for record in map(parse_record, lines) if record is not None]
+
+
+def parse_record(raw: bytes | str) -> dict[str, Any] | None:
+    try:
+        record = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("iteration"), int) else None
+
+
+def read_progress(path: Path) -> list[dict[str, Any]]:
+    reader = ProgressReader(path)
+    records = reader.poll()
+    tail = parse_record(reader._partial) if reader._partial.strip() else None
+    return records + ([tail] if tail else [])
+
+
+# ----------------------------------------------------------------------------------------------
+# Formatting (pure)
+# ----------------------------------------------------------------------------------------------
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        return "-"
+    seconds = round(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m{secs:02d}s"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def format_rate(value: float | None) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    if value >= 1e6:
+        return f"{value / 1e6:.2f}M"
+    if value >= 1e4:
+        return f"{value / 1e3:.1f}k"
+    return f"{value:,.0f}"
+
+
+def format_return(value: float | None) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value:.2f}"
+
+
+def eta_s(record: Mapping[str, Any]) -> float | None:
+    """Remaining time at the average pace so far: time_s / iteration x iterations left."""
+    iteration, total, elapsed = record.get("iteration"), record.get("max_iterations"), record.get("time_s")
+    if not iteration or not total or elapsed is None or iteration <= 0:
+        return None
+    return max(0.0, float(elapsed) / iteration * (total - iteration))
+
+
+def plain_line(record: Mapping[str, Any]) -> str:
+    """One progress report for logs: ``iteration 12/150 (8%) | 123.4k steps/s | ...``."""
+    iteration, total = record.get("iteration", 0), record.get("max_iterations") or 0
+    percent = f" ({100 * iteration / total:.0f}%)" if total else ""
+    return (
+        f"islab-train: iteration {iteration}/{total or '?'}{percent} | "
+        f"{format_rate(record.get('steps_per_s'))} env steps/s | "
+        f"mean return {format_return(record.get('mean_return'))} | "
+        f"elapsed {format_duration(record.get('time_s'))} | ETA {format_duration(eta_s(record))}"
+    )
+
+
+def resume_command(argv: Sequence[str], run_dir: str) -> str:
+    """The command that continues this run (``--resume`` replaces any earlier one)."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg == "--resume":
+            skip = True
+            continue
+        if arg.startswith("--resume="):
+            continue
+        kept.append(arg)
+    return shlex.join(["islab-train", *kept, "--resume", run_dir])
+
+
+def summary_rows(summary: Mapping[str, Any], run_dir: str, resume: str | None) -> list[tuple[str, str]]:
+    """The end-of-run table as (label, value) rows, from rank 0's ``summary.json``."""
+    wall = summary.get("wall_s")
+    steps = summary.get("env_steps")
+    rate = summary.get("env_steps_per_s")
+    if rate is None and steps and wall:
+        rate = steps / wall
+    rows = [
+        ("iterations", str(summary.get("iterations", "-"))),
+        ("wall time", format_duration(wall)),
+        ("env steps (all ranks)", f"{steps:,}" if isinstance(steps, int) else "-"),
+        ("env steps/s", format_rate(rate)),
+        ("final mean return", format_return(summary.get("mean_return"))),
+        ("ranks", str(summary.get("world_size", "-"))),
+        ("checkpoint", str(summary.get("checkpoint") or "-")),
+        ("run directory", run_dir),
+    ]
+    if resume:
+        # the command itself goes under the table, unwrapped, so it can be copied
+        rows.append(("resume", "the command below"))
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------
+# Drawing
+# ----------------------------------------------------------------------------------------------
+
+
+def _live_renderable(record: Mapping[str, Any] | None, started: float, note: str) -> Any:
+    from rich.console import Group
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+    from rich.text import Text
+
+    title = Text.from_markup(f"[bold]islab-train[/bold] {note}")
+    elapsed = time.monotonic() - started
+    if record is None:
+        return Group(title, Text.from_markup(f"[dim]waiting for the first iteration… {format_duration(elapsed)}[/dim]"))
+    iteration, total = record.get("iteration", 0), record.get("max_iterations") or 0
+    percent = f" ({100 * iteration / total:.0f}%)" if total else ""
+    head = Table.grid(padding=(0, 1))
+    head.add_column(no_wrap=True)
+    head.add_column(no_wrap=True)
+    head.add_row(
+        ProgressBar(total=float(total or 1), completed=float(iteration), width=40),
+        Text.from_markup(f"[bold]iteration[/bold] {iteration}/{total or '?'}{percent}"),
+    )
+    stats = Text.from_markup(
+        f"[bold]env steps/s[/bold] {format_rate(record.get('steps_per_s'))}  "
+        f"[bold]mean return[/bold] {format_return(record.get('mean_return'))}  "
+        f"[bold]elapsed[/bold] {format_duration(record.get('time_s'))}  "
+        f"[bold]ETA[/bold] {format_duration(eta_s(record))}"
+    )
+    return Group(title, head, stats)
+
+
+class RunView:
+    """The console while a run trains. ``emit`` is safe to call from the output-pump threads;
+    ``tick`` is called by the supervisor's poll loop; ``close`` ends the live display."""
+
+    def __init__(
+        self,
+        run_dir: str,
+        out: IO[str],
+        *,
+        live: bool,
+        progress: bool = True,
+        note: str = "",
+        interval_s: float = DEFAULT_PLAIN_INTERVAL_S,
+    ) -> None:
+        self.run_dir = run_dir
+        self.out = out
+        self.progress = progress
+        self.note = note
+        self.interval_s = interval_s
+        self.reader = ProgressReader(Path(run_dir, PROGRESS_FILE))
+        self.latest: dict[str, Any] | None = None
+        self.records: list[dict[str, Any]] = []
+        self._printed: int | None = None
+        self._last_print = -math.inf
+        self._started = time.monotonic()
+        self._lock = threading.Lock()
+        self._live: Any = None
+        self._closed = False
+        if live and progress:
+            from rich.console import Console
+            from rich.live import Live
+
+            console = Console(file=out, force_terminal=True, highlight=False)
+            self._live = Live(
+                _live_renderable(None, self._started, note), console=console, refresh_per_second=4, transient=False
+            )
+            self._live.start()
+
+    def emit(self, text: str, sink: IO[str]) -> None:
+        """Show one line of output (above the live display when there is one)."""
+        with self._lock:
+            if self._live is not None:
+                self._live.console.print(text.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
+            else:
+                sink.write(text if text.endswith("\n") else text + "\n")
+                sink.flush()
+
+    def tick(self, *, final: bool = False) -> None:
+        if not self.progress or self._closed:
+            return
+        new = self.reader.poll()
+        if new:
+            self.records.extend(new)
+            self.latest = new[-1]
+        with self._lock:
+            if self._live is not None:
+                self._live.update(_live_renderable(self.latest, self._started, self.note))
+                return
+            now = time.monotonic()
+            due = final or now - self._last_print >= self.interval_s
+            if self.latest is not None and due and self.latest.get("iteration") != self._printed:
+                self.out.write(plain_line(self.latest) + "\n")
+                self.out.flush()
+                self._printed = self.latest.get("iteration")
+                self._last_print = now
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self.tick(final=True)
+        self._closed = True
+        with self._lock:
+            if self._live is not None:
+                self._live.stop()
+                self._live = None
+
+
+def render_summary(rows: Iterable[tuple[str, str]], out: IO[str], *, tty: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=out, force_terminal=tty, no_color=not tty, width=None if tty else 120, highlight=False)
+    table = Table(title="islab-train: run finished", title_justify="left", show_header=False)
+    table.add_column("what", style="bold", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    for label, value in rows:
+        table.add_row(label, value)
+    console.print(table)
+
+
+def write_curves(records: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
+    """``curves.png``: mean return and env steps/s per iteration. None when there is nothing."""
+    if not records:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display, no GUI toolkit
+    import matplotlib.pyplot as plt
+
+    iterations = [record["iteration"] for record in records]
+    returns = [record.get("mean_return") for record in records]
+    rates = [record.get("steps_per_s") for record in records]
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    top.plot(iterations, [math.nan if value is None else value for value in returns], color="tab:blue")
+    top.set_ylabel("mean episode return")
+    top.grid(alpha=0.3)
+    bottom.plot(iterations, [math.nan if value is None else value for value in rates], color="tab:orange")
+    bottom.set_ylabel("env steps/s (all ranks)")
+    bottom.set_xlabel("iteration")
+    bottom.grid(alpha=0.3)
+    figure.suptitle(Path(path).parent.name)
+    figure.tight_layout()
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    figure.savefig(tmp, dpi=100)
+    plt.close(figure)
+    tmp.replace(path)
+    return path
+
+
+def finish(run_dir: str, out: IO[str], *, tty: bool, resume: str | None, records: Sequence[Mapping[str, Any]]) -> None:
+    """End of a successful run on node 0: curves.png and the summary table."""
+    records = list(records) or read_progress(Path(run_dir, PROGRESS_FILE))
+    curves = None
+    try:
+        curves = write_curves(records, Path(run_dir, CURVES_FILE))
+    except Exception as exc:  # a plot must never turn a finished run into a failure
+        out.write(f"islab-train: could not draw {CURVES_FILE}: {exc}\n")
+    try:
+        summary = json.loads(Path(run_dir, SUMMARY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        summary = None
+    if summary is None:
+        out.write(f"islab-train: finished; no {SUMMARY_FILE} in {run_dir}\n")
+        return
+    rows = summary_rows(summary, run_dir, resume)
+    if curves is not None:
+        rows.insert(-1 if resume else len(rows), ("curves", str(curves)))
+    render_summary(rows, out, tty=tty)
+    if resume:
+        out.write(f"To resume this run:\n  {resume}\n")
+        out.flush()

@@ -1,0 +1,592 @@
+"""Pre-flight checks: will this node's part of the job start, and will it meet the others?
+
+Most failed multi-node launches are not bugs in training code but facts about the machines: the
+wrong number of GPUs, a driver older than the CUDA torch was built for, a master address that does
+not resolve, a port already taken, a typo in ``NCCL_SOCKET_IFNAME``, different library versions
+on two nodes. ``islab-train doctor`` checks them and prints one row per check with the fix.
+
+The module has two halves, so that every decision is unit-testable without the machine:
+
+* **facts** (:class:`Facts`) are gathered at the edge -- ``socket.if_nameindex()``, the text of
+  ``nvidia-smi``, ``shutil.disk_usage``, DNS, a bind or a TCP connect, and a short probe run with
+  the *ranks'* interpreter (``--python``) for library versions, torch's CUDA build, NCCL and gloo;
+* **checks** are pure functions ``facts -> Check(name, status, detail, fix)``.
+
+``islab-train`` runs the cheap subset (:data:`CHEAP`, no interpreter probe, no connects) before a
+real launch; ``islab-train doctor`` runs everything. Statuses: ``pass``, ``warn`` (worth knowing,
+does not fail), ``fail``, ``skip`` (does not apply). ``doctor`` exits 0 when nothing failed.
+
+No torch import in this module: the probe runs in a child interpreter, the one the ranks use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import ipaddress
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from islab.plan import LaunchPlan
+from islab.spec import RunSpec, split_host_port
+
+Status = Literal["pass", "warn", "fail", "skip"]
+GIB = 1024**3
+DISK_FAIL_BYTES = 1 * GIB
+DISK_WARN_BYTES = 5 * GIB
+CONNECT_TIMEOUT_S = 2.0
+PROBE_TIMEOUT_S = 120.0
+# Distributions whose versions must match across nodes (importlib.metadata names).
+LIB_DISTRIBUTIONS = {"rl_games": "rl-games", "rsl_rl": "rsl-rl-lib", "skrl": "skrl"}
+VERSION_DISTRIBUTIONS = ("islab-train", "torch", "rl-games", "rsl-rl-lib", "skrl", "jax", "jaxlib")
+IFNAME_VARIABLES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+_CUDA_VERSION = re.compile(r"CUDA Version\s*:\s*(\d+)\.(\d+)")
+
+# Names of the checks the launcher runs before every real launch (no probe, no connects).
+CHEAP = ("socket interfaces", "rendezvous address", "rendezvous port", "rendezvous exposure", "disk space")
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""
+
+
+# ----------------------------------------------------------------------------------------------
+# Facts
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What the ranks' interpreter reports (the probe); ``error`` when it could not run."""
+
+    python: str | None = None
+    versions: Mapping[str, str | None] = field(default_factory=dict)
+    torch_cuda: str | None = None  # torch.version.cuda; None for a CPU-only build
+    nccl: str | None = None  # "2.21.5", None when torch has no NCCL
+    gloo: bool | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where the nodes meet, and what this node found out about it."""
+
+    kind: str  # "static master" | "c10d endpoint" | "JAX coordinator"
+    host: str
+    port: int
+    listens: bool | None  # True: this node hosts it; False: connects to it; None: unknown
+    addresses: tuple[str, ...] = ()  # what ``host`` resolves to
+    resolve_error: str | None = None
+    port_state: str | None = None  # listen side: "free" | "busy" | "not-local"; connect side: "open" | reason
+
+
+@dataclass(frozen=True)
+class Facts:
+    spec: RunSpec
+    node_rank: int | None
+    platform: str
+    visible_gpus: int
+    interfaces: tuple[str, ...]
+    socket_env: Mapping[str, str]  # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME the ranks will see
+    nvidia_smi: str | None  # text of `nvidia-smi`; None when it is not installed or failed
+    disk_path: str
+    disk_free: int | None
+    rendezvous: Rendezvous | None
+    runtime: Runtime | None = None  # None: not probed (the cheap subset)
+
+
+PROBE = r"""
+import importlib.metadata as md, json, sys
+out = {"python": sys.version.split()[0], "versions": {}, "torch_cuda": None, "nccl": None, "gloo": None,
+       "error": None}
+for name in DISTRIBUTIONS:
+    try:
+        out["versions"][name] = md.version(name)
+    except md.PackageNotFoundError:
+        out["versions"][name] = None
+try:
+    import torch
+    import torch.distributed as dist
+    out["torch_cuda"] = torch.version.cuda
+    out["gloo"] = bool(dist.is_available() and dist.is_gloo_available())
+    if dist.is_available() and dist.is_nccl_available():
+        version = torch.cuda.nccl.version()
+        out["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+except Exception as exc:
+    out["error"] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(out))
+"""
+
+
+def probe_runtime(python: str, run: Callable[..., Any] = subprocess.run) -> Runtime:
+    """Run :data:`PROBE` with the ranks' interpreter (it may be Isaac Sim's, not ours)."""
+    script = f"DISTRIBUTIONS = {VERSION_DISTRIBUTIONS!r}\n{PROBE}"
+    try:
+        result = run([python, "-c", script], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Runtime(error=f"cannot run {python}: {exc}")
+    if result.returncode != 0:
+        last = (result.stderr or "").strip().splitlines()[-1:] or ["no output"]
+        return Runtime(error=f"{python} exited with code {result.returncode}: {last[0]}")
+    try:
+        data = json.loads(result.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return Runtime(error=f"{python} printed no probe result")
+    return Runtime(
+        python=data.get("python"),
+        versions=data.get("versions") or {},
+        torch_cuda=data.get("torch_cuda"),
+        nccl=data.get("nccl"),
+        gloo=data.get("gloo"),
+        error=data.get("error"),
+    )
+
+
+def rendezvous_of(plan: LaunchPlan, spec: RunSpec, node_rank: int | None) -> Rendezvous | None:
+    """Where this plan's nodes meet and whether this node hosts it (static/JAX: node 0)."""
+    derived = plan.derived
+    if "coordinator_address" in derived:
+        kind, address = "JAX coordinator", derived["coordinator_address"]
+    elif "rendezvous.endpoint" in derived:
+        kind, address = "c10d endpoint", derived["rendezvous.endpoint"]
+    elif "rendezvous.master_addr" in derived:
+        kind = "static master"
+        address = f"{derived['rendezvous.master_addr']}:{derived['rendezvous.master_port']}"
+        if ":" in derived["rendezvous.master_addr"]:
+            address = f"[{derived['rendezvous.master_addr']}]:{derived['rendezvous.master_port']}"
+    else:
+        return None
+    host, port = split_host_port(address)
+    if kind == "c10d endpoint":
+        listens = None  # torchrun assigns node ranks; the host that owns the address serves the store
+    elif node_rank is None:
+        listens = True if spec.nnodes == 1 else None
+    else:
+        listens = node_rank == 0
+    return Rendezvous(kind, host, port, listens)
+
+
+def resolve(host: str) -> tuple[tuple[str, ...], str | None]:
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError) as exc:
+        return (), str(exc)
+    return tuple(dict.fromkeys(str(info[4][0]) for info in infos)), None
+
+
+def bind_state(address: str, port: int) -> str:
+    """Can this machine listen on ``address:port``? "free", "busy", or "not-local" (the address
+    belongs to another machine)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((address, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return "busy"
+            if exc.errno == errno.EADDRNOTAVAIL:
+                return "not-local"
+            return f"cannot bind ({exc.strerror or exc})"
+    return "free"
+
+
+def connect_state(address: str, port: int, timeout_s: float = CONNECT_TIMEOUT_S) -> str:
+    try:
+        with socket.create_connection((address, port), timeout=timeout_s):
+            return "open"
+    except TimeoutError:
+        return f"no answer within {timeout_s:g} s"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+
+
+def probe_rendezvous(target: Rendezvous, *, connect: bool) -> Rendezvous:
+    """Resolve the host; on the hosting node check the port can be bound, elsewhere (``connect``)
+    that it answers. c10d: whoever owns the endpoint's address hosts the store."""
+    addresses, error = resolve(target.host)
+    state = None
+    listens = target.listens
+    if addresses:
+        local = bind_state(addresses[0], 0) != "not-local"
+        if target.kind == "c10d endpoint":
+            listens = local
+        if listens:
+            # torchrun's store and the JAX coordinator listen on every interface
+            state = bind_state("", target.port)
+            if state == "free" and not local:
+                state = "not-local"
+        elif listens is False and connect:
+            state = connect_state(addresses[0], target.port)
+    return Rendezvous(target.kind, target.host, target.port, listens, addresses, error, state)
+
+
+def gather_facts(
+    spec: RunSpec,
+    plan: LaunchPlan,
+    *,
+    full: bool,
+    environ: Mapping[str, str] = os.environ,
+    visible_gpus: int | None = None,
+) -> Facts:
+    """Look at this machine. ``full`` adds the interpreter probe, nvidia-smi and TCP connects."""
+    from islab.supervise import visible_gpu_count
+
+    node_rank = spec.node_rank if spec.node_rank is not None else (0 if spec.nnodes == 1 else None)
+    interfaces = tuple(name for _, name in socket.if_nameindex()) if hasattr(socket, "if_nameindex") else ()
+    socket_env = {name: value for name in IFNAME_VARIABLES if (value := spec.env.get(name, environ.get(name)))}
+    disk_path = nearest_existing(Path(spec.log_dir))
+    try:
+        disk_free: int | None = shutil.disk_usage(disk_path).free
+    except OSError:
+        disk_free = None
+    target = rendezvous_of(plan, spec, node_rank)
+    nvidia_smi = runtime = None
+    if full:
+        nvidia_smi = read_nvidia_smi()
+        runtime = probe_runtime(spec.python)
+    return Facts(
+        spec=spec,
+        node_rank=node_rank,
+        platform=sys.platform,
+        visible_gpus=visible_gpu_count(environ) if visible_gpus is None else visible_gpus,
+        interfaces=interfaces,
+        socket_env=socket_env,
+        nvidia_smi=nvidia_smi,
+        disk_path=str(disk_path),
+        disk_free=disk_free,
+        rendezvous=probe_rendezvous(target, connect=full) if target else None,
+        runtime=runtime,
+    )
+
+
+def nearest_existing(path: Path) -> Path:
+    """The log directory, or its closest existing parent (it is created at launch)."""
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def read_nvidia_smi(which: Callable[[str], str | None] = shutil.which) -> str | None:
+    binary = which("nvidia-smi")
+    if binary is None:
+        return None
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        result = subprocess.run([binary], capture_output=True, text=True, timeout=15, check=False)
+        if result.returncode == 0:
+            return result.stdout
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# Checks (pure)
+# ----------------------------------------------------------------------------------------------
+
+
+def check_os(platform: str) -> Check:
+    if platform.startswith("linux"):
+        return Check("operating system", "pass", "Linux")
+    return Check(
+        "operating system", "fail", f"{platform}: NCCL and POSIX process groups need Linux",
+        "Run on Linux or in WSL2 (CPU ranks over gloo work there)",
+    )  # fmt: skip
+
+
+def check_gpus(spec: RunSpec, visible_gpus: int) -> Check:
+    name = "GPUs vs processes"
+    if spec.device == "cpu":
+        return Check(name, "pass", f"{spec.nproc_per_node} CPU process(es) per node; {visible_gpus} GPU(s) visible")
+    if visible_gpus == 0:
+        return Check(
+            name, "fail", f"{spec.nproc_per_node} GPU process(es) per node, but no CUDA device is visible",
+            f"Check nvidia-smi and CUDA_VISIBLE_DEVICES, or use --device cpu --nproc {spec.nproc_per_node}",
+        )  # fmt: skip
+    if spec.nproc_per_node > visible_gpus:
+        return Check(
+            name, "fail", f"{spec.nproc_per_node} GPU process(es) per node, {visible_gpus} GPU(s) visible",
+            f"Use --gpus {visible_gpus} (or free CUDA_VISIBLE_DEVICES)",
+        )  # fmt: skip
+    spare = f" ({visible_gpus - spec.nproc_per_node} unused)" if visible_gpus > spec.nproc_per_node else ""
+    return Check(name, "pass", f"{spec.nproc_per_node} GPU process(es) per node, {visible_gpus} visible{spare}")
+
+
+def check_backend(spec: RunSpec, runtime: Runtime | None) -> Check:
+    if spec.ml_framework == "jax":
+        return Check("collective backend", "skip", "skrl-JAX uses jax.distributed, not NCCL/gloo process groups")
+    wanted = "NCCL" if spec.device == "cuda" else "gloo"
+    name = f"collective backend ({wanted})"
+    if runtime is None:
+        return Check(name, "skip", "not probed")
+    if runtime.error and runtime.gloo is None:
+        return Check(name, "fail", f"torch could not be imported: {runtime.error}", "Install torch for --python")
+    if spec.device == "cuda":
+        if runtime.nccl is None:
+            return Check(
+                name, "fail", "this torch has no NCCL (a CPU-only build?)",
+                "Install a CUDA build of torch (pip install torch --index-url https://download.pytorch.org/whl/cu1XX)",
+            )  # fmt: skip
+        return Check(name, "pass", f"NCCL {runtime.nccl}")
+    if not runtime.gloo:
+        return Check(name, "fail", "torch.distributed has no gloo backend", "Install an official torch build")
+    return Check(name, "pass", "gloo available")
+
+
+def _ifname_matches(entry: str, interfaces: Sequence[str], *, prefix: bool) -> bool:
+    exact = entry.startswith("=")
+    name = entry.lstrip("=")
+    if prefix and not exact:
+        return any(interface.startswith(name) for interface in interfaces)
+    return name in interfaces
+
+
+def check_ifnames(socket_env: Mapping[str, str], interfaces: Sequence[str]) -> Check:
+    """NCCL_SOCKET_IFNAME entries are prefixes (``eth`` matches eth0; ``=eth0`` exact; ``^docker``
+    excludes); GLOO_SOCKET_IFNAME entries are exact names. Each must name an existing interface."""
+    name = "socket interfaces"
+    if not socket_env:
+        return Check(name, "pass", "NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME not set (the libraries pick one)")
+    problems, fine = [], []
+    for variable, value in socket_env.items():
+        entries = [entry.strip() for entry in value.split(",") if entry.strip()]
+        nccl = variable.startswith("NCCL")
+        wanted = [entry for entry in entries if not (nccl and entry.startswith("^"))]
+        missing = [entry for entry in wanted if not _ifname_matches(entry, interfaces, prefix=nccl)]
+        if missing or not entries:
+            problems.append(f"{variable}={value} names no interface here ({', '.join(missing) or 'empty'})")
+        else:
+            fine.append(f"{variable}={value}")
+    if problems:
+        return Check(
+            name, "fail", "; ".join(problems),
+            f"Use one of this node's interfaces: {', '.join(interfaces) or 'none found'} (ip -br addr)",
+        )  # fmt: skip
+    return Check(name, "pass", ", ".join(fine))
+
+
+def check_resolves(rdzv: Rendezvous | None) -> Check:
+    name = "rendezvous address"
+    if rdzv is None:
+        return Check(name, "skip", "no rendezvous address in this plan")
+    if rdzv.resolve_error or not rdzv.addresses:
+        return Check(
+            name, "fail", f"{rdzv.kind} {rdzv.host!r} does not resolve ({rdzv.resolve_error or 'no address'})",
+            "Use node 0's IP address, or a name every node resolves (check /etc/hosts or DNS)",
+        )  # fmt: skip
+    return Check(name, "pass", f"{rdzv.kind} {rdzv.host} -> {', '.join(rdzv.addresses)}")
+
+
+def check_port(rdzv: Rendezvous | None) -> Check:
+    name = "rendezvous port"
+    if rdzv is None or not rdzv.addresses:
+        return Check(name, "skip", "no address to check")
+    where = f"{rdzv.host}:{rdzv.port}"
+    if rdzv.listens is None:
+        return Check(name, "skip", f"{where}: which node hosts it is unknown", "Pass --node-rank to check it")
+    state = rdzv.port_state
+    if rdzv.listens:
+        if state == "free":
+            return Check(name, "pass", f"this node hosts the {rdzv.kind}; port {rdzv.port} is free")
+        if state == "busy":
+            return Check(
+                name, "fail", f"port {rdzv.port} is already in use on this node (the {rdzv.kind} must listen on it)",
+                "Choose another port (--master-port / --rdzv-endpoint / --coordinator-address), or stop its user",
+            )  # fmt: skip
+        if state == "not-local":
+            return Check(
+                name, "warn", f"this node hosts the {rdzv.kind}, but {rdzv.host} ({rdzv.addresses[0]}) is not one "
+                "of its addresses; the other nodes will connect elsewhere",
+                "Give node 0's own address (hostname -I) as the master address",
+            )  # fmt: skip
+        return Check(name, "fail", f"port {rdzv.port}: {state}", "Choose another port")
+    if state is None:
+        return Check(name, "skip", f"{where}: connect test not run (node 0 may not be up yet)")
+    if state == "open":
+        return Check(name, "pass", f"{where} accepts connections")
+    return Check(
+        name, "fail", f"cannot connect to {where}: {state}",
+        "Start node 0 first (doctor on node 0 checks the port is free), and check firewalls between the nodes",
+    )  # fmt: skip
+
+
+def check_exposure(rdzv: Rendezvous | None) -> Check:
+    """torchrun's TCPStore and the JAX coordinator accept anyone who can reach the port: no
+    authentication, no encryption. A public address exposes the job to the internet."""
+    name = "rendezvous exposure"
+    if rdzv is None or not rdzv.addresses:
+        return Check(name, "skip", "no address to check")
+    public = []
+    for address in rdzv.addresses:
+        with contextlib.suppress(ValueError):
+            ip = ipaddress.ip_address(address.split("%")[0])
+            if not (ip.is_private or ip.is_loopback or ip.is_link_local):
+                public.append(address)
+    if public:
+        return Check(
+            name, "warn", f"{rdzv.host} resolves to the public address {', '.join(public)}; the rendezvous store "
+            "has no authentication, anyone who can reach the port can join or disrupt the job",
+            "Use a private-network address (10.x, 172.16-31.x, 192.168.x) or firewall the port to the cluster",
+        )  # fmt: skip
+    return Check(name, "pass", f"{', '.join(rdzv.addresses)} is private or loopback")
+
+
+def check_versions(spec: RunSpec, runtime: Runtime | None) -> Check:
+    name = "versions"
+    if runtime is None:
+        return Check(name, "skip", "not probed")
+    if runtime.python is None:
+        return Check(name, "fail", runtime.error or "the interpreter probe failed", "Check --python")
+    versions = runtime.versions
+    needed = ["islab-train", "torch", LIB_DISTRIBUTIONS[spec.lib]]
+    if spec.ml_framework == "jax":
+        needed += ["jax", "jaxlib"]
+    shown = [f"python {runtime.python}"] + [
+        f"{dist} {version}" for dist, version in versions.items() if version is not None
+    ]
+    missing = [dist for dist in needed if not versions.get(dist)]
+    if missing:
+        return Check(
+            name, "fail", f"missing for {spec.lib}/{spec.ml_framework}: {', '.join(missing)} ({'; '.join(shown)})",
+            f"pip install {' '.join(missing)} into {spec.python}",
+        )  # fmt: skip
+    return Check(name, "pass", ", ".join(shown), "Compare this row across nodes: versions must match")
+
+
+def driver_cuda_version(nvidia_smi_text: str) -> tuple[int, int] | None:
+    """The "CUDA Version: 12.4" of ``nvidia-smi``'s header: the newest CUDA the driver runs."""
+    match = _CUDA_VERSION.search(nvidia_smi_text)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def check_driver_cuda(spec: RunSpec, nvidia_smi_text: str | None, runtime: Runtime | None) -> Check:
+    name = "driver vs torch CUDA"
+    if spec.device == "cpu":
+        return Check(name, "skip", "CPU job")
+    if runtime is None:
+        return Check(name, "skip", "not probed")
+    if runtime.torch_cuda is None:
+        return Check(
+            name, "fail", "torch is a CPU-only build (torch.version.cuda is None)",
+            "Install a CUDA build of torch (see pytorch.org), or use --device cpu",
+        )  # fmt: skip
+    if nvidia_smi_text is None:
+        return Check(
+            name, "fail", f"torch is built for CUDA {runtime.torch_cuda}, but nvidia-smi is missing or failed",
+            "Install the NVIDIA driver (nvidia-smi must work)",
+        )  # fmt: skip
+    driver = driver_cuda_version(nvidia_smi_text)
+    if driver is None:
+        return Check(name, "warn", "could not read 'CUDA Version' from nvidia-smi", "Check nvidia-smi's output")
+    built = tuple(int(part) for part in runtime.torch_cuda.split(".")[:2])
+    text = f"driver supports CUDA {driver[0]}.{driver[1]}, torch built with {runtime.torch_cuda}"
+    if driver < built:
+        return Check(
+            name, "fail", text,
+            f"Update the NVIDIA driver to one for CUDA ≥ {runtime.torch_cuda}, or install a torch built for "
+            f"CUDA ≤ {driver[0]}.{driver[1]}",
+        )  # fmt: skip
+    return Check(name, "pass", text)
+
+
+def check_disk(path: str, free: int | None) -> Check:
+    name = "disk space"
+    if free is None:
+        return Check(name, "warn", f"cannot read free space of {path}", "Check --log-dir")
+    text = f"{free / GIB:.1f} GiB free at {path}"
+    if free < DISK_FAIL_BYTES:
+        return Check(name, "fail", text, "Free space or point --log-dir elsewhere (checkpoints and logs go there)")
+    if free < DISK_WARN_BYTES:
+        return Check(name, "warn", text, "Long runs write checkpoints; consider more space")
+    return Check(name, "pass", text)
+
+
+def run_checks(facts: Facts, names: Iterable[str] | None = None) -> list[Check]:
+    """Every check over ``facts`` (or only those named, e.g. :data:`CHEAP`)."""
+    spec = facts.spec
+    checks = [
+        check_os(facts.platform),
+        check_gpus(spec, facts.visible_gpus),
+        check_backend(spec, facts.runtime),
+        check_driver_cuda(spec, facts.nvidia_smi, facts.runtime),
+        check_resolves(facts.rendezvous),
+        check_port(facts.rendezvous),
+        check_exposure(facts.rendezvous),
+        check_ifnames(facts.socket_env, facts.interfaces),
+        check_versions(spec, facts.runtime),
+        check_disk(facts.disk_path, facts.disk_free),
+    ]
+    if names is not None:
+        wanted = set(names)
+        checks = [check for check in checks if check.name in wanted]
+    return checks
+
+
+def all_passed(checks: Iterable[Check]) -> bool:
+    return all(check.status != "fail" for check in checks)
+
+
+# ----------------------------------------------------------------------------------------------
+# Output
+# ----------------------------------------------------------------------------------------------
+
+STYLE = {"pass": ("✔ pass", "green"), "warn": ("! warn", "yellow"), "fail": ("✘ fail", "bold red"),
+         "skip": ("– skip", "dim")}  # fmt: skip
+
+
+def to_json(checks: Sequence[Check], facts: Facts) -> str:
+    return json.dumps(
+        {
+            "ok": all_passed(checks),
+            "node_rank": facts.node_rank,
+            "checks": [asdict(check) for check in checks],
+        },
+        indent=2,
+    )
+
+
+def render_table(checks: Sequence[Check], facts: Facts, console: Any) -> None:
+    from rich.table import Table
+
+    spec = facts.spec
+    where = f"node {facts.node_rank}" if facts.node_rank is not None else "this node (node rank not given)"
+    table = Table(
+        title=f"islab-train doctor: {where}, {spec.lib}/{spec.ml_framework} on {spec.device}, "
+        f"{spec.nnodes} node(s) x {spec.nproc_per_node}",
+        title_justify="left",
+        show_lines=False,
+    )
+    table.add_column("check", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("details")
+    table.add_column("fix")
+    for check in checks:
+        label, style = STYLE[check.status]
+        table.add_row(check.name, f"[{style}]{label}[/{style}]", check.detail, check.fix)
+    console.print(table)
+    failed = sum(check.status == "fail" for check in checks)
+    warned = sum(check.status == "warn" for check in checks)
+    verdict = "[green]ready to launch[/green]" if not failed else f"[bold red]{failed} check(s) failed[/bold red]"
+    console.print(f"{verdict}" + (f", {warned} warning(s)" if warned else ""))
+
+
+def launch_messages(checks: Sequence[Check]) -> tuple[list[str], list[str]]:
+    """The cheap subset before a launch: (errors, warnings) as one-line messages."""
+
+    def line(kind: str, check: Check) -> str:
+        return f"{kind}: {check.name}: {check.detail.rstrip('.')}. {check.fix.rstrip('.')}."
+
+    errors = [line("error", check) for check in checks if check.status == "fail"]
+    warnings = [line("warning", check) for check in checks if check.status == "warn"]
+    return errors, warnings

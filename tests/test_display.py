@@ -1,0 +1,190 @@
+"""The console while training: progress.jsonl, live/plain progress, rank filtering, summary, curves."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import sys
+import textwrap
+from pathlib import Path
+from types import MappingProxyType
+
+import pytest
+
+from islab import display, supervise
+from islab.plan import LaunchPlan, NodePlan
+
+PY = sys.executable
+
+
+def record(iteration: int, total: int = 20, **extra) -> dict:
+    return {"iteration": iteration, "max_iterations": total, "env_steps": iteration * 16384,
+            "steps_per_s": 30000.0 + iteration, "mean_return": 10.0 * iteration, "time_s": 0.5 * iteration,
+            **extra}  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------
+# Pure parts
+# ----------------------------------------------------------------------------------------------
+
+
+def test_progress_reader_waits_for_whole_lines(tmp_path):
+    path = tmp_path / "progress.jsonl"
+    reader = display.ProgressReader(path)
+    assert reader.poll() == []  # no file yet
+    line = json.dumps(record(1))
+    path.write_text(line[:10])
+    assert reader.poll() == []
+    with path.open("a") as handle:
+        handle.write(line[10:] + "\nnot json\n" + json.dumps(record(2)) + "\n" + json.dumps(record(3))[:5])
+    assert [item["iteration"] for item in reader.poll()] == [1, 2]
+    assert display.read_progress(path)[-1]["iteration"] == 2
+
+
+def test_plain_line_and_eta():
+    line = display.plain_line(record(5))
+    assert line == ("islab-train: iteration 5/20 (25%) | 30.0k env steps/s | mean return 50.00 | "
+                    "elapsed 2s | ETA 8s")  # fmt: skip
+    assert display.eta_s(record(5)) == pytest.approx(7.5)
+    assert display.eta_s({"iteration": 0, "max_iterations": 5, "time_s": 0}) is None
+    assert "mean return -" in display.plain_line(record(1, mean_return=None))
+    assert display.format_duration(3725) == "1h02m05s"
+    assert display.format_rate(2_500_000) == "2.50M"
+
+
+def test_route_line_and_policy():
+    assert display.route_line("[default1]:hello\n", first_rank=4) == (5, "hello\n")
+    assert display.route_line("torchrun says\n", first_rank=4) == (None, "torchrun says\n")
+    quiet, everything = display.ConsolePolicy(), display.ConsolePolicy(all_ranks=True)
+    assert quiet.shows(None, "out") and quiet.shows(0, "err")
+    assert not quiet.shows(0, "out") and not quiet.shows(1, "err")
+    assert everything.shows(1, "out")
+
+
+def test_summary_rows_and_resume_hint():
+    summary = {"iterations": 20, "env_steps": 327680, "wall_s": 11.0, "mean_return": 108.7, "checkpoint": "/r/m.pt",
+               "world_size": 2, "env_steps_per_s": 29789.1}  # fmt: skip
+    resume = display.resume_command(["--lib", "rsl_rl", "--resume", "old", "--run-name", "a b"], "/r")
+    assert resume == "islab-train --lib rsl_rl --run-name 'a b' --resume /r"
+    rows = dict(display.summary_rows(summary, "/r", resume))
+    assert rows["wall time"] == "11s" and rows["env steps (all ranks)"] == "327,680"
+    assert rows["env steps/s"] == "29.8k" and rows["final mean return"] == "108.70"
+    assert rows["checkpoint"] == "/r/m.pt" and rows["run directory"] == "/r" and "resume" in rows
+
+
+def test_curves_png(tmp_path):
+    path = display.write_curves([record(i) for i in range(1, 6)], tmp_path / "curves.png")
+    assert path is not None and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert display.write_curves([], tmp_path / "none.png") is None
+
+
+def test_plain_view_prints_at_most_once_per_interval(tmp_path):
+    out = io.StringIO()
+    view = display.RunView(str(tmp_path), out, live=False, interval_s=3600)
+    progress = tmp_path / "progress.jsonl"
+    progress.write_text(json.dumps(record(1)) + "\n")
+    view.tick()
+    progress.write_text(progress.read_text() + json.dumps(record(2)) + "\n")
+    view.tick()  # within the interval: nothing new printed
+    view.close()  # the final state is always printed
+    view.close()  # once
+    lines = out.getvalue().splitlines()
+    assert [line.split(" | ")[0] for line in lines] == ["islab-train: iteration 1/20 (5%)",
+                                                        "islab-train: iteration 2/20 (10%)"]  # fmt: skip
+
+
+def test_live_view_draws_the_display(tmp_path):
+    out = io.StringIO()
+    view = display.RunView(str(tmp_path), out, live=True, note="rsl_rl")
+    (tmp_path / "progress.jsonl").write_text(json.dumps(record(7)) + "\n")
+    view.emit("[rank 0] a warning\n", out)
+    view.tick()
+    view.close()
+    raw = out.getvalue()
+    assert "\x1b[" in raw  # terminal control codes: a live display, not plain lines
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", raw)
+    for fragment in ("iteration 7/20", "env steps/s", "30.0k", "mean return", "70.00", "ETA", "a warning"):
+        assert fragment in text, fragment
+
+
+# ----------------------------------------------------------------------------------------------
+# Through the supervisor: a stand-in torchrun that talks like the real one
+# ----------------------------------------------------------------------------------------------
+
+FAKE_TORCHRUN = """
+import json, os, sys, time
+args = sys.argv[1:]
+assert args[:2] == ["--tee", "3"], args  # the supervisor asks torchrun to label rank lines
+run_dir = args[args.index("--run-dir") + 1]
+fail = "--fail" in args
+os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
+print("torchrun banner", file=sys.stderr, flush=True)
+for rank in (0, 1):
+    with open(os.path.join(run_dir, "logs", f"rank_{rank}.log"), "w") as log:
+        crash = "Traceback (most recent call last):\\nValueError: boom\\n" if fail and rank == 1 else ""
+        log.write(f"rank {rank} log line\\n" + crash)
+for i in range(1, 4):
+    print(f"[default0]:rank0 stdout {i}", flush=True)
+    print(f"[default1]:rank1 stdout {i}", flush=True)
+    with open(os.path.join(run_dir, "progress.jsonl"), "a") as p:
+        p.write(json.dumps({"iteration": i, "max_iterations": 3, "env_steps": i * 100, "steps_per_s": 1000.0,
+                            "mean_return": float(i), "time_s": 0.1 * i}) + "\\n")
+    time.sleep(0.1)
+print("[default0]:rank0 warning on stderr", file=sys.stderr, flush=True)
+print("[default1]:rank1 warning on stderr", file=sys.stderr, flush=True)
+if fail:
+    sys.exit(1)
+json.dump({"iterations": 3, "env_steps": 300, "wall_s": 0.3, "mean_return": 3.0, "checkpoint": "ck.pt",
+           "world_size": 2, "env_steps_per_s": 1000.0}, open(os.path.join(run_dir, "summary.json"), "w"))
+"""
+
+
+def fake_plan(tmp_path: Path, *extra: str) -> LaunchPlan:
+    script = tmp_path / "fake_torchrun.py"
+    script.write_text(textwrap.dedent(FAKE_TORCHRUN))
+    run_dir = str(tmp_path / "run")
+    # "-m torch.distributed.run" is what the supervisor recognises; the stand-in takes its place
+    sitecustom = tmp_path / "shim"
+    (sitecustom / "torch" / "distributed").mkdir(parents=True)
+    (sitecustom / "torch" / "__init__.py").write_text("")
+    (sitecustom / "torch" / "distributed" / "__init__.py").write_text("")
+    (sitecustom / "torch" / "distributed" / "run.py").write_text(f"exec(open({str(script)!r}).read())\n")
+    argv = (PY, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--run-dir", run_dir, *extra)
+    node = NodePlan(0, argv, MappingProxyType({"PYTHONPATH": str(sitecustom)}))
+    return LaunchPlan("torchrun", run_dir, (node,))
+
+
+def run(plan: LaunchPlan, **options) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    console = supervise.ConsoleOptions(progress=True, interval_s=0.0, argv=("--device", "cpu"), **options)
+    code = supervise.run_plan(plan, 0, stdout=out, stderr=err, console=console)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_default_console_shows_progress_and_rank0_errors_only(tmp_path):
+    plan = fake_plan(tmp_path)
+    code, out, err = run(plan, all_ranks=False)
+    assert code == 0, err
+    assert "torchrun banner" in err
+    assert "[rank 0] rank0 warning on stderr" in err
+    assert "rank1" not in out + err and "rank0 stdout" not in out + err
+    assert "islab-train: iteration 3/3 (100%)" in out
+    assert "run finished" in out and "ck.pt" in out
+    assert f"\n  islab-train --device cpu --resume {plan.run_dir}\n" in out
+    assert Path(plan.run_dir, "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_all_ranks_prefixes_every_line(tmp_path):
+    code, out, err = run(fake_plan(tmp_path), all_ranks=True)
+    assert code == 0
+    assert "[rank 1] rank1 stdout 2" in out and "[rank 0] rank0 stdout 1" in out
+    assert "[rank 1] rank1 warning on stderr" in err
+
+
+def test_failure_names_the_rank_and_quotes_its_log(tmp_path):
+    plan = fake_plan(tmp_path, "--fail")
+    code, out, err = run(plan, all_ranks=False)
+    assert code == 1
+    assert "rank 1 failed" in err and "ValueError: boom" in err
+    assert "run finished" not in out  # no summary for a failed run

@@ -1,0 +1,361 @@
+"""SLURM mode: node lists, the allocation layer and its precedence, batch scripts, a real cluster."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from islab import cli, slurm
+from islab.spec import Source, SpecError, resolve_spec
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch):
+    for name in list(os.environ):
+        if name.startswith(("ISLAB_", "SLURM_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+
+
+@pytest.fixture
+def islab(capsys):
+    def invoke(*args: str) -> tuple[int, str, str]:
+        code = cli.run(list(args))
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return invoke
+
+
+def srun_environ(**extra: str) -> dict[str, str]:
+    """What srun sets for the task on the second node of a 3-node job (values as seen on a cluster)."""
+    return {
+        "SLURM_JOB_ID": "123456",
+        "SLURM_STEP_ID": "0",
+        "SLURM_PROCID": "1",
+        "SLURM_NNODES": "3",
+        "SLURM_STEP_NUM_NODES": "3",
+        "SLURM_NODEID": "1",
+        "SLURM_JOB_NODELIST": "gpu[01-02],cpu7",
+        "SLURM_STEP_NODELIST": "gpu[01-02],cpu7",
+        "SLURM_STEP_TASKS_PER_NODE": "1(x3)",
+        **extra,
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Pure parts
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("nodelist", "hosts"),
+    [
+        ("gpu[01-04,07]", ["gpu01", "gpu02", "gpu03", "gpu04", "gpu07"]),
+        ("a1,b[2-3]", ["a1", "b2", "b3"]),
+        ("node-7", ["node-7"]),
+        ("rack[1-2]-n[08-09]", ["rack1-n08", "rack1-n09", "rack2-n08", "rack2-n09"]),
+        ("c[9-11]", ["c9", "c10", "c11"]),
+    ],
+)
+def test_expand_nodelist_real_world_forms(nodelist, hosts):
+    assert slurm.expand_nodelist(nodelist) == hosts
+
+
+@pytest.mark.parametrize("bad", ["", "gpu[01-", "gpu[3-1]"])
+def test_expand_nodelist_rejects_garbage(bad):
+    with pytest.raises(ValueError):
+        slurm.expand_nodelist(bad)
+
+
+def test_tasks_per_node_and_port():
+    assert slurm.tasks_per_node("2(x3),1") == [2, 2, 2, 1]
+    assert slurm.tasks_per_node("1") == [1]
+    assert slurm.job_port(123456) == 20000 + 123456 % 20000
+    assert slurm.job_port(5) != slurm.job_port(6)
+    assert 20000 <= slurm.job_port(10**9) < 40000
+
+
+def test_allocation_from_srun_environment():
+    allocation = slurm.allocation_from_environ(srun_environ())
+    assert (allocation.nnodes, allocation.node_rank, allocation.master_host) == (3, 1, "gpu01")
+    assert allocation.hosts == ("gpu01", "gpu02", "cpu7")
+    assert allocation.port == 20000 + 123456 % 20000
+    assert slurm.in_srun_step(srun_environ())
+    batch_script = {k: v for k, v in srun_environ().items() if k != "SLURM_STEP_ID"}
+    assert not slurm.in_srun_step(batch_script)  # sbatch's own script has SLURM_PROCID=0 but is no step
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"SLURM_JOB_ID": None}, "not running inside a SLURM allocation"),
+        ({"SLURM_NODEID": None}, "SLURM_NODEID"),
+        ({"SLURM_STEP_NUM_NODES": "two"}, "not a whole number"),
+        ({"SLURM_STEP_NODELIST": "gpu[01-"}, "host list"),
+        ({"SLURM_STEP_NUM_NODES": "2"}, "names 3 host(s)"),
+        ({"SLURM_STEP_TASKS_PER_NODE": "2(x3)"}, "--ntasks-per-node=1"),
+    ],
+)
+def test_allocation_errors_are_one_line_with_a_fix(change, fragment):
+    environ = srun_environ()
+    for name, value in change.items():
+        if value is None:
+            environ.pop(name)
+        else:
+            environ[name] = value
+    with pytest.raises(SpecError) as caught:
+        slurm.allocation_from_environ(environ)
+    (issue,) = caught.value.issues
+    assert fragment in issue.message()
+
+
+def test_allocation_layer_follows_the_launcher():
+    allocation = slurm.allocation_from_environ(srun_environ())
+    port = allocation.port
+    static = allocation.layer({})
+    assert static["rendezvous.master_addr"].value == "gpu01"
+    assert static["rendezvous.master_port"].value == port
+    assert static["node_rank"].origin == "SLURM_NODEID"
+    c10d = allocation.layer({"rendezvous.backend": "c10d"})
+    assert c10d["rendezvous.endpoint"].value == f"gpu01:{port}"
+    assert c10d["rendezvous.id"].value == "slurm-123456"
+    assert "rendezvous.id" not in allocation.layer({"rendezvous.backend": "c10d", "rendezvous.id": "mine"})
+    jax = allocation.layer({"ml_framework": "jax"})
+    assert jax["coordinator_address"].value == f"gpu01:{port}"
+    assert "rendezvous.master_addr" not in jax
+
+
+def test_precedence_cli_over_slurm_over_env_and_file(tmp_path):
+    from islab.spec import Provided
+
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text("nnodes: 8\ndevice: cpu\nrendezvous: {master_addr: 10.0.0.1, master_port: 5555}\n")
+    allocation = slurm.allocation_from_environ(srun_environ())
+    resolved = resolve_spec(
+        {"rendezvous.master_port": Provided(6000, "--master-port")},
+        {"nnodes": Provided(4, "ISLAB_NNODES")},
+        cluster,
+        slurm=allocation.layer,
+    )
+    spec = resolved.spec
+    assert spec.nnodes == 3 and resolved.sources["nnodes"] is Source.SLURM
+    assert spec.rendezvous.master_addr == "gpu01"
+    assert spec.rendezvous.master_port == 6000 and resolved.sources["rendezvous.master_port"] is Source.CLI
+    assert spec.node_rank == 1
+
+
+# ----------------------------------------------------------------------------------------------
+# The command line
+# ----------------------------------------------------------------------------------------------
+
+
+def test_under_srun_the_plan_comes_from_the_allocation(islab, monkeypatch):
+    for name, value in srun_environ().items():
+        monkeypatch.setenv(name, value)
+    code, out, err = islab("--device", "cpu", "--dry-run", "--json")
+    assert code == 0, err
+    (node,) = json.loads(out)["nodes"]
+    argv = node["argv"]
+    assert node["node_rank"] == 1
+    assert argv[argv.index("--nnodes") + 1] == "3"
+    assert argv[argv.index("--master_addr") + 1] == "gpu01"
+    assert argv[argv.index("--master_port") + 1] == str(20000 + 123456 % 20000)
+    # the command line still wins, and --no-slurm turns it off
+    code, out, _ = islab("--device", "cpu", "--master-port", "7000", "--dry-run", "--json")
+    argv = json.loads(out)["nodes"][0]["argv"]
+    assert argv[argv.index("--master_port") + 1] == "7000"
+    code, out, _ = islab("--device", "cpu", "--no-slurm", "--dry-run", "--json")
+    argv = json.loads(out)["nodes"][0]["argv"]
+    assert argv[argv.index("--nnodes") + 1] == "1"
+    code, out, _ = islab("--device", "cpu", "--dry-run")
+    assert "(source: slurm, SLURM_NODEID)" in out
+
+
+def test_slurm_flag_outside_an_allocation_is_a_clear_error(islab):
+    code, _, err = islab("--slurm", "--device", "cpu", "--dry-run")
+    assert code == 2
+    assert err.startswith("error: --slurm: SLURM_JOB_ID is not set") and "islab-train sbatch" in err
+
+
+def test_sbatch_script_is_quoted_and_complete(islab, tmp_path):
+    hostile = tmp_path / "my logs" / "$(touch pwned)"
+    code, script, err = islab(
+        "sbatch", "--gpus", "4", "--nnodes", "2", "--partition", "gpu", "--time", "01:00:00", "--log-dir",
+        str(hostile), "--job-name", "cart pole", "--num-envs", "128", "algorithm.learning_rate=1e-3",
+    )  # fmt: skip
+    assert code == 0, err
+    lines = script.splitlines()
+    assert lines[0] == "#!/bin/bash"
+    header = [line for line in lines if line.startswith("#SBATCH")]
+    assert "#SBATCH --nodes=2" in header and "#SBATCH --ntasks-per-node=1" in header
+    assert "#SBATCH --gres=gpu:4" in header and "#SBATCH --cpus-per-task=16" in header
+    assert "#SBATCH --partition=gpu" in header and "#SBATCH --time=01:00:00" in header
+    assert "#SBATCH --job-name='cart pole'" in header
+    output = next(line for line in header if line.startswith("#SBATCH --output="))
+    assert shlex.split(output.split("=", 1)[1]) == [str(hostile / "slurm-%x-%j.out")]
+    assert hostile.is_dir()  # SLURM cannot create it
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)  # valid shell
+    command = shlex.split(script[script.index("exec srun") :].replace("\\\n", " "))
+    assert command[:2] == ["exec", "srun"] and "--ntasks-per-node=1" in command
+    node = command[command.index(sys.executable) :]
+    assert node[:4] == [sys.executable, "-m", "islab.cli", "--slurm"]
+    assert node[node.index("--gpus") + 1] == "4"
+    assert node[node.index("--log-dir") + 1] == str(hostile)
+    assert node[-1] == "algorithm.learning_rate=1e-3"
+    assert "--nnodes" not in node  # SLURM says how many nodes there are
+    assert not Path("pwned").exists()
+
+
+def test_sbatch_validates_the_spec_first(islab):
+    code, out, err = islab("sbatch", "--lib", "rl_games", "--ml-framework", "jax")
+    assert code == 2 and out == "" and "jax only works with skrl" in err
+
+
+# ----------------------------------------------------------------------------------------------
+# A real single-node SLURM cluster (slurm-wlm + munge), configured and started by the test
+# ----------------------------------------------------------------------------------------------
+
+SLURM_BINARIES = ("sbatch", "squeue", "scancel", "slurmctld", "slurmd", "munged")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+def _stop_by_pid_file(pid_file: Path) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        pid = int(pid_file.read_text().strip())
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(50):
+            os.kill(pid, 0)
+            time.sleep(0.1)
+        os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def slurm_cluster(tmp_path):
+    """A private one-node cluster: own munge socket and key, own ports, state and pid files in
+    tmp_path; clients find it through SLURM_CONF. Daemons are stopped by pid file, always."""
+    missing = [name for name in SLURM_BINARIES if shutil.which(name) is None and not Path("/usr/sbin", name).exists()]
+    if missing:
+        pytest.skip(f"SLURM is not installed ({', '.join(missing)} missing): apt-get install -y slurm-wlm munge")
+    if os.geteuid() != 0:
+        pytest.skip("starting slurmd/munged needs root")
+    base = tmp_path / "slurm"
+    base.mkdir(mode=0o700)
+    (base / "state").mkdir()
+    (base / "spool").mkdir()
+    key = base / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o400)
+    host = socket.gethostname().split(".")[0]
+    memory_mb = max(512, int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES") / 2**20 * 0.8))
+    conf = base / "slurm.conf"
+    conf.write_text(
+        f"""ClusterName=islabtest
+SlurmctldHost={host}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={base}/munge.sock
+CredType=cred/munge
+SlurmctldPort={_free_port()}
+SlurmdPort={_free_port()}
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+MpiDefault=none
+ReturnToService=2
+StateSaveLocation={base}/state
+SlurmdSpoolDir={base}/spool
+SlurmctldPidFile={base}/slurmctld.pid
+SlurmdPidFile={base}/slurmd.pid
+SlurmctldLogFile={base}/slurmctld.log
+SlurmdLogFile={base}/slurmd.log
+NodeName={host} CPUs={os.cpu_count()} RealMemory={memory_mb} State=UNKNOWN
+PartitionName=debug Nodes={host} Default=YES State=UP MaxTime=INFINITE
+"""
+    )
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    sbin = Path("/usr/sbin")
+    try:
+        subprocess.run(
+            [str(sbin / "munged"), "--force", f"--key-file={key}", f"--socket={base}/munge.sock",
+             f"--pid-file={base}/munged.pid", f"--log-file={base}/munged.log", f"--seed-file={base}/munge.seed"],
+            check=True, timeout=30,
+        )  # fmt: skip
+        subprocess.run([str(sbin / "slurmctld"), "-c", "-f", str(conf)], check=True, env=env, timeout=30)
+        subprocess.run([str(sbin / "slurmd"), "-f", str(conf)], check=True, env=env, timeout=30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            state = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, env=env).stdout
+            if state.strip() == "idle":
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"the SLURM node did not become idle: {(base / 'slurmctld.log').read_text()[-2000:]}")
+        yield env, base
+    finally:
+        subprocess.run(["scancel", "--full", "-u", "root"], env=env, capture_output=True, timeout=30)
+        for _ in range(50):
+            queue = subprocess.run(["squeue", "-h"], capture_output=True, text=True, env=env, timeout=30)
+            if queue.returncode != 0 or not queue.stdout.strip():
+                break
+            time.sleep(0.2)
+        for name in ("slurmd", "slurmctld", "munged"):
+            _stop_by_pid_file(base / f"{name}.pid")
+
+
+@pytest.mark.slow
+def test_sbatch_script_trains_on_a_real_slurm_cluster(slurm_cluster, tmp_path):
+    env, _ = slurm_cluster
+    env = {k: v for k, v in env.items() if not k.startswith("ISLAB_")}
+    log_dir = tmp_path / "runs"
+    generated = subprocess.run(
+        [sys.executable, "-m", "islab.cli", "sbatch", "--device", "cpu", "--nproc", "2", "--num-envs", "64",
+         "--max-iterations", "3", "--log-dir", str(log_dir)],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60,
+    )  # fmt: skip
+    assert generated.returncode == 0, generated.stderr
+    job = tmp_path / "job.sh"
+    job.write_text(generated.stdout)
+    submitted = subprocess.run(
+        ["sbatch", "--parsable", str(job)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=30
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline:
+        queue = subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True, text=True, env=env, timeout=30)
+        if job_id not in queue.stdout:
+            break
+        time.sleep(1)
+    else:
+        pytest.fail(f"job {job_id} still queued/running after 150 s")
+    output = (log_dir / f"slurm-islab-rsl_rl-{job_id}.out").read_text()
+    (summary_path,) = log_dir.glob("rsl_rl/Islab-Cartpole-v0/*/summary.json")
+    summary = json.loads(summary_path.read_text())
+    assert summary["iterations"] == 3 and summary["world_size"] == 2, output[-3000:]
+    digests = {json.loads(path.read_text())["policy_sha256"] for path in summary_path.parent.glob("digests/*.json")}
+    assert len(list(summary_path.parent.glob("digests/*.json"))) == 2 and len(digests) == 1
+    launch = (summary_path.parent / "launch.yaml").read_text()
+    assert "node_rank: slurm" in launch and f"master_port: {20000 + int(job_id) % 20000}" in launch
