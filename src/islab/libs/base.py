@@ -8,7 +8,9 @@ library's objects, and reports what happened in a ``TrainResult``.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -18,6 +20,7 @@ import torch
 
 from islab.envs.base import DirectRLEnv
 from islab.worker.context import RankContext
+from islab.worker.faults import maybe_inject_fault
 
 
 @dataclass
@@ -42,6 +45,27 @@ class LibraryAdapter(ABC):
         self.env = env
         self.agent_cfg = agent_cfg
         self.run_dir = Path(run_dir)
+        self._progress_start = time.perf_counter()
+        self._last_report: tuple[float, int] | None = None
+
+    def report_iteration(self, iteration: int, max_iterations: int, env_steps: int, mean_return: float | None) -> None:
+        """Call on every rank after each training iteration (1-based; ``env_steps``: all ranks,
+        cumulative). Rank 0 appends it to ``progress.jsonl`` for the launcher's live display."""
+        now = time.perf_counter()
+        if self.ctx.is_main:
+            last_time, last_steps = self._last_report or (self._progress_start, 0)
+            record = {
+                "iteration": iteration,
+                "max_iterations": max_iterations,
+                "env_steps": env_steps,
+                "steps_per_s": (env_steps - last_steps) / max(now - last_time, 1e-9),
+                "mean_return": None if mean_return is None else float(mean_return),
+                "time_s": now - self._progress_start,
+            }
+            with open(self.run_dir / "progress.jsonl", "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record) + "\n")
+        self._last_report = (now, env_steps)
+        maybe_inject_fault(self.ctx.rank, self.run_dir, iteration)
 
     @abstractmethod
     def train(self, max_iterations: int) -> TrainResult: ...

@@ -29,10 +29,7 @@ import yaml
 
 from islab.agent_config import AgentConfigError, load_agent_config
 from islab.tasks import LIBRARIES, TASKS
-
-# Test-only fault injection (documented in README, "Testing"): the rank whose global rank equals
-# this value raises right after start-up, so tests can check that a failing rank fails the job.
-CRASH_RANK_VARIABLE = "ISLAB_TEST_CRASH_RANK"
+from islab.worker.faults import maybe_inject_fault
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -117,8 +114,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         f"backend={ctx.backend} seed={ctx.seed} launcher={ctx.launcher} pid={os.getpid()}",
         flush=True,
     )
-    if os.environ.get(CRASH_RANK_VARIABLE) == str(ctx.rank):
-        raise RuntimeError(f"test fault injection: {CRASH_RANK_VARIABLE}={ctx.rank} asked this rank to fail")
+    maybe_inject_fault(ctx.rank, run_dir, iteration=None)
     if ctx.distributed and not args.distributed:
         raise SystemExit(
             f"error: this rank is one of {ctx.world_size} (launched by {ctx.launcher}) but --distributed "
