@@ -1,0 +1,346 @@
+"""rl_games (1.6.5) behind ``LibraryAdapter``.
+
+What rl_games expects
+---------------------
+* An env behind the ``IVecEnv`` interface, found by name: ``vecenv.register(type, factory)`` tells
+  rl_games how to build a vec-env type, ``env_configurations.register(name, {"vecenv_type": type,
+  "env_creator": ...})`` maps the config's ``env_name`` to it. ``reset() -> obs``,
+  ``step(actions) -> (obs, rewards, dones, infos)`` with ``infos["time_outs"]`` (used to bootstrap
+  the value of time-limited episodes when ``value_bootstrap`` is on), ``get_env_info()`` with
+  finite observation/action spaces (actions are clamped to [-1, 1] and rescaled to the action
+  space), ``get_number_of_agents()``. Observations may be torch tensors on the training device, in
+  a dict ``{"obs": tensor}``; then rl_games keeps everything on the device (Isaac Lab's
+  ``RlGamesVecEnvWrapper`` does the same, clipping observations and actions).
+* A config in rl_games' YAML layout (``params: {seed, algo, model, network, config}``), loaded by a
+  ``Runner`` whose algorithm factory builds the agent named in ``algo.name``.
+
+What we fix, and why
+--------------------
+* Distributed: with ``multi_gpu: True`` rl_games' ``A2CBase.__init__`` calls
+  ``init_process_group("nccl")`` and forces ``device = cuda:{LOCAL_RANK}``. That fails on CPU, and
+  also fails on GPU here, because the worker has already joined the group before building us.
+  ``RankAwareA2CAgent`` hides ``multi_gpu`` while ``super().__init__`` runs (doing by hand the two
+  other things rl_games' branch does: no stats printing and no LR schedule on ranks != 0), then
+  restores the rank fields, so rl_games' own collectives run: parameter broadcast at start,
+  averaged gradients, all-reduced KL, rank 0's learning rate broadcast, ``should_exit`` broadcast.
+  ``torch.cuda.set_device`` (called at the start of ``train()``) is a no-op on CPU.
+* TensorBoard: with ``multi_gpu`` hidden every rank would think it is rank 0 and open a
+  SummaryWriter in the same directory; ranks != 0 get none.
+* Observation and value normalizers: rl_games updates each rank's ``RunningMeanStd`` from that
+  rank's data only, so ranks drift apart (measured 0.10) and stop holding the same policy.
+  ``GlobalRunningMeanStd`` all-reduces the batch moments before folding them in, so every rank
+  folds in the statistics of the global batch and all normalizers stay bit-identical. It replaces
+  rl_games' (TorchScript-compiled) normalizer modules after the agent is built.
+* Seeding: with ``multi_gpu`` the Runner adds the global rank to ``params.seed`` itself, so it gets
+  ``ctx.base_seed``, not ``ctx.seed``.
+* Directories: rl_games appends a timestamp to the experiment name unless ``full_experiment_name``
+  is set; we set it and ``train_dir`` so that ``<train_dir>/<name>`` is our run directory.
+  Checkpoints go to ``<run_dir>/nn``, TensorBoard events to ``<run_dir>/summaries`` (rank 0 only).
+* Checkpoints: rl_games stores the best reward as a numpy scalar, which
+  ``torch.load(weights_only=True)`` refuses, and writes with a plain ``torch.save``. ``save`` is
+  overridden to store a float and write atomically.
+* ``torch_compile`` defaults to True in rl_games (seconds of compiling on CPU); our config turns it
+  off, and the adapter treats a missing key as off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import gymnasium
+import numpy as np
+import torch
+import torch.distributed as dist
+from rl_games.algos_torch.a2c_continuous import A2CAgent
+from rl_games.algos_torch.running_mean_std import RunningMeanStd
+from rl_games.common import a2c_common, env_configurations, vecenv
+from rl_games.common.algo_observer import AlgoObserver
+from rl_games.common.ivecenv import IVecEnv
+from rl_games.torch_runner import Runner
+
+from islab.envs.base import DirectRLEnv
+from islab.libs.base import LibraryAdapter, TrainResult, atomic_torch_save
+from islab.worker.context import RankContext, init_process_group
+
+ENV_NAME = "islab"  # the env_name / vecenv type our env is registered under
+
+
+class RlGamesVecEnv(IVecEnv):
+    """Our ``DirectRLEnv`` seen through rl_games' ``IVecEnv`` (as Isaac Lab's wrapper does)."""
+
+    def __init__(self, env: DirectRLEnv, clip_obs: float, clip_actions: float) -> None:
+        self.env = env
+        self.clip_obs = clip_obs
+        self.clip_actions = clip_actions
+        obs_size = env.single_observation_space["policy"].shape
+        act_size = env.single_action_space.shape
+        # rl_games rescales its [-1, 1] actions to these bounds, so they must be finite.
+        self.observation_space = gymnasium.spaces.Box(-clip_obs, clip_obs, shape=obs_size)
+        self.action_space = gymnasium.spaces.Box(-clip_actions, clip_actions, shape=act_size)
+
+    def _obs(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {"obs": obs["policy"].clamp(-self.clip_obs, self.clip_obs)}
+
+    def reset(self) -> dict[str, torch.Tensor]:
+        obs, _ = self.env.reset()
+        return self._obs(obs)
+
+    def step(self, actions: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, dict]:
+        actions = actions.clamp(-self.clip_actions, self.clip_actions)
+        obs, rewards, terminated, truncated, extras = self.env.step(actions)
+        extras["time_outs"] = truncated
+        return self._obs(obs), rewards, (terminated | truncated).to(torch.long), extras
+
+    def get_number_of_agents(self) -> int:
+        return 1
+
+    def get_env_info(self) -> dict[str, Any]:
+        return {"observation_space": self.observation_space, "action_space": self.action_space}
+
+
+class GlobalRunningMeanStd(RunningMeanStd):
+    """``RunningMeanStd`` whose every update folds in the moments of the batch of ALL ranks.
+
+    One all-reduce of ``[n, n*mean, n*(var + mean^2)]`` (float64) gives the global count, mean and
+    second moment; every rank then applies the same arithmetic to the same numbers, so the
+    running statistics stay bit-identical across ranks (they start equal: rl_games broadcasts
+    the model state, buffers included, before training).
+    """
+
+    def _update_mean_var_count_from_moments(self, mean, var, count, batch_mean, batch_var, batch_count):
+        batch_mean, batch_var = batch_mean.double(), batch_var.double()
+        n = torch.full((1,), float(batch_count), dtype=torch.float64, device=batch_mean.device)
+        packed = torch.cat([n, n * batch_mean.reshape(-1), n * (batch_var + batch_mean.square()).reshape(-1)])
+        dist.all_reduce(packed)
+        total, size = packed[0], batch_mean.numel()
+        global_mean = (packed[1 : 1 + size] / total).view_as(batch_mean)
+        global_var = ((packed[1 + size :] / total).view_as(batch_var) - global_mean.square()).clamp_min(0.0)
+        return super()._update_mean_var_count_from_moments(mean, var, count, global_mean, global_var, total)
+
+
+def is_running_mean_std(module: torch.nn.Module) -> bool:
+    """rl_games wraps its normalizers in ``torch.jit.script``; the scripted module keeps the name."""
+    if isinstance(module, torch.jit.ScriptModule):
+        return module.original_name == RunningMeanStd.__name__
+    return type(module) is RunningMeanStd
+
+
+def use_global_normalizers(model: torch.nn.Module) -> int:
+    """Replace every ``RunningMeanStd`` inside ``model`` by a ``GlobalRunningMeanStd`` with the same
+    settings and statistics, in place; returns how many were replaced.
+
+    rl_games builds its normalizers deep inside its network classes, scripted, with no hook to
+    choose the class. The replacement is eager (not scripted): TorchScript cannot call
+    ``torch.distributed``. Dict observations (``RunningMeanStdObs``) are not handled."""
+    replaced = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, torch.jit.ScriptModule) and child.original_name == "RunningMeanStdObs":
+                raise NotImplementedError("islab: normalizer sync for dict observations is not implemented")
+            if not is_running_mean_std(child):
+                continue
+            synced = GlobalRunningMeanStd(child.insize, child.epsilon, child.per_channel, child.norm_only)
+            synced.load_state_dict(child.state_dict())
+            synced.to(child.running_mean.device).train(child.training)
+            setattr(parent, name, synced)
+            replaced += 1
+    return replaced
+
+
+@contextlib.contextmanager
+def patched(owner: Any, name: str, replacement: Any) -> Iterator[None]:
+    """Replace ``owner.name`` for the duration of a ``with`` block."""
+    original = getattr(owner, name)
+    setattr(owner, name, replacement)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+class RankAwareA2CAgent(A2CAgent):
+    """rl_games' continuous PPO agent, with ranks from ``RankContext`` and gloo on CPU."""
+
+    def __init__(self, base_name: str, params: dict, ctx: RankContext) -> None:
+        self.ctx = ctx
+        self.last_checkpoint: str | None = None  # the latest checkpoint rl_games wrote (rank 0)
+        config = params["config"]
+        distributed = bool(config.get("multi_gpu", False))
+        if distributed and not ctx.is_main:
+            # What rl_games' own multi_gpu branch does for ranks != 0.
+            config["print_stats"] = False
+            config["lr_schedule"] = None
+        config["multi_gpu"] = False  # hide it: rl_games would init NCCL and force cuda:LOCAL_RANK
+        no_writer = lambda *args, **kwargs: None  # noqa: E731 -- stands in for SummaryWriter(...)
+        with patched(a2c_common, "SummaryWriter", a2c_common.SummaryWriter if ctx.is_main else no_writer):
+            super().__init__(base_name, params)
+        config["multi_gpu"] = distributed
+        if not distributed:
+            return
+        if self.has_central_value:
+            raise NotImplementedError("islab: a central value network is not supported with distributed rl_games")
+        init_process_group(ctx)  # no-op when the worker already joined (the normal case)
+        self.multi_gpu = True
+        # Only used for torch.cuda.set_device: the GPU this rank actually uses.
+        self.local_rank = torch.device(ctx.device).index if ctx.backend == "nccl" else ctx.local_rank
+        self.global_rank = ctx.rank
+        self.world_size = ctx.world_size
+        self.use_global_normalizers()
+
+    def use_global_normalizers(self) -> None:
+        """Swap in ``GlobalRunningMeanStd`` (see there); needs a process group, even of one rank."""
+        use_global_normalizers(self.model)
+        if self.normalize_value:
+            # A2CAgent keeps its own handle on the value normalizer (it updates it in
+            # prepare_dataset); point it at the replacement, or the model's copy would never move.
+            self.value_mean_std = self.model.value_mean_std
+
+    def train(self) -> tuple[float, int]:
+        if self.ppo_device == "cpu":
+            # rl_games calls torch.cuda.set_device(local_rank) when multi_gpu; meaningless on CPU.
+            with patched(torch.cuda, "set_device", lambda device: None):
+                return super().train()
+        return super().train()
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        state = self.get_full_state_weights()
+        # rl_games keeps the best mean reward as a numpy scalar; weights_only loading refuses it.
+        state["last_mean_rewards"] = float(np.asarray(state["last_mean_rewards"]).reshape(-1)[0])
+        return state
+
+    def save(self, fn: str) -> None:
+        """rl_games' own checkpoints (best, periodic, last), written atomically; it adds ``.pth``."""
+        self.last_checkpoint = str(atomic_torch_save(self.checkpoint_state(), Path(f"{fn}.pth")))
+
+
+class EpisodeLogObserver(AlgoObserver):
+    """Writes the env's episode statistics (``extras["log"]``) to TensorBoard on rank 0.
+
+    Stands in for rl_games' DefaultAlgoObserver, which loops in Python over every finished env
+    looking for keys our env does not have (as Isaac Lab's own observer does)."""
+
+    def __init__(self) -> None:
+        self.writer = None
+        self.sums: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+
+    def after_init(self, algo: Any) -> None:
+        self.writer = algo.writer
+
+    def process_infos(self, infos: dict, done_indices: torch.Tensor) -> None:
+        if self.writer is None or not isinstance(infos, dict) or "log" not in infos:
+            return
+        for key, value in infos["log"].items():
+            self.sums[key] = self.sums.get(key, 0.0) + float(value)
+            self.counts[key] = self.counts.get(key, 0) + 1
+
+    def after_print_stats(self, frame: int, epoch_num: int, total_time: float) -> None:
+        if self.writer is None:
+            return
+        for key, total in self.sums.items():
+            self.writer.add_scalar(f"Episode/{key}", total / self.counts[key], epoch_num)
+        self.sums.clear()
+        self.counts.clear()
+
+
+def fit_minibatch_size(requested: int, batch_size: int) -> int:
+    """The largest minibatch size <= ``requested`` that divides ``batch_size`` (rl_games requires
+    it to divide num_envs * horizon_length; Isaac Lab's 16384 assumes 4096 envs)."""
+    size = min(requested, batch_size)
+    while batch_size % size:
+        size -= 1
+    return size
+
+
+class RlGamesAdapter(LibraryAdapter):
+    name = "rl_games"
+
+    def __init__(self, ctx: RankContext, env: DirectRLEnv, agent_cfg: dict[str, Any], run_dir: Path) -> None:
+        super().__init__(ctx, env, agent_cfg, run_dir)
+        params = copy.deepcopy(agent_cfg)["params"]
+        env_cfg = params.get("env", {})
+        self.vec_env = RlGamesVecEnv(
+            env,
+            clip_obs=float(env_cfg.get("clip_observations", np.inf)),
+            clip_actions=float(env_cfg.get("clip_actions", 1.0)),
+        )
+        vecenv.register(ENV_NAME, lambda config_name, num_actors, **kwargs: self.vec_env)
+        env_configurations.register(ENV_NAME, {"vecenv_type": ENV_NAME, "env_creator": lambda **kwargs: self.vec_env})
+
+        params["seed"] = ctx.base_seed  # rl_games adds the global rank itself when multi_gpu
+        params.setdefault("torch_threads", 0)  # 0: leave the thread count the worker chose
+        config = params["config"]
+        config.update(
+            env_name=ENV_NAME,
+            num_actors=env.num_envs,
+            device=ctx.device,
+            device_name=ctx.device,
+            multi_gpu=ctx.distributed,
+            train_dir=str(self.run_dir.parent),
+            full_experiment_name=self.run_dir.name,
+        )
+        config.setdefault("torch_compile", False)
+        self.horizon_length = int(config["horizon_length"])
+        self.fit_minibatch(config, env.num_envs * self.horizon_length)
+        self.runner = Runner(algo_observer=EpisodeLogObserver())
+        # Our agent replaces rl_games' under the same name, so the config's algo.name still works.
+        self.runner.algo_factory.register_builder(
+            "a2c_continuous", lambda **kwargs: RankAwareA2CAgent(ctx=ctx, **kwargs)
+        )
+        self.runner.load({"params": params})
+        self.agent: RankAwareA2CAgent = self.runner.algo_factory.create(
+            self.runner.algo_name, base_name="run", params=self.runner.params
+        )
+        self.compile_mode = config["torch_compile"]
+
+    def fit_minibatch(self, config: dict[str, Any], batch_size: int) -> None:
+        """Make ``minibatch_size`` divide the batch, saying so when it changes (rl_games would raise)."""
+        if "minibatch_size" not in config:
+            return  # minibatch_size_per_env: rl_games derives a size that always divides
+        requested = int(config["minibatch_size"])
+        config["minibatch_size"] = fit_minibatch_size(requested, batch_size)
+        if config["minibatch_size"] != requested and self.ctx.is_main:
+            print(
+                f"[islab] rl_games minibatch_size {requested} does not divide num_envs * horizon_length = "
+                f"{batch_size}; using {config['minibatch_size']}",
+                flush=True,
+            )
+
+    def train(self, max_iterations: int) -> TrainResult:
+        agent = self.agent
+        if self.compile_mode:
+            mode = self.compile_mode if isinstance(self.compile_mode, str) else "default"
+            agent.model = torch.compile(agent.model, mode=mode)
+            self.compile_mode = False  # once
+        start_epoch = agent.epoch_num
+        agent.max_epochs = start_epoch + max_iterations  # rl_games stops when epoch_num reaches it
+        started = time.perf_counter()
+        agent.train()
+        wall_s = time.perf_counter() - started
+        iterations = agent.epoch_num - start_epoch
+        mean_return = float(agent.game_rewards.get_mean()[0]) if agent.game_rewards.current_size > 0 else None
+        return TrainResult(
+            iterations=iterations,
+            env_steps=self.env.num_envs * self.horizon_length * iterations * self.ctx.world_size,
+            wall_s=wall_s,
+            mean_return=mean_return,
+            checkpoint=agent.last_checkpoint if self.ctx.is_main else None,
+        )
+
+    def save(self, path: Path) -> None:
+        atomic_torch_save(self.agent.checkpoint_state(), Path(path))
+
+    def load(self, path: Path) -> None:
+        checkpoint = torch.load(path, map_location=self.ctx.device, weights_only=True)
+        self.agent.set_full_state_weights(checkpoint)
+
+    def policy_state(self) -> dict[str, torch.Tensor]:
+        # The whole model: actor/critic MLP, mu and sigma heads, and the running_mean_std (obs) and
+        # value_mean_std buffers. torch.compile prefixes keys with "_orig_mod."; strip it.
+        state = self.agent.model.state_dict()
+        return {key.removeprefix("_orig_mod."): value.detach().clone() for key, value in state.items()}

@@ -1,0 +1,186 @@
+"""rsl_rl (PyPI ``rsl-rl-lib`` 5.5) behind ``LibraryAdapter``.
+
+What rsl_rl expects
+-------------------
+* An env implementing ``rsl_rl.env.VecEnv``: attributes ``num_envs``, ``num_actions``,
+  ``max_episode_length``, a settable ``episode_length_buf``, ``device``, ``cfg``;
+  ``get_observations() -> TensorDict`` of observation groups, and
+  ``step(actions) -> (TensorDict, rewards, dones, extras)`` with ``extras["time_outs"]`` (so PPO can
+  bootstrap the value of time-limited episodes) and ``extras["log"]`` (episode statistics). rsl_rl
+  never calls ``reset()``: the env must be reset before the runner starts.
+* A ``train_cfg`` dict in 5.x layout: ``algorithm``/``actor``/``critic`` each a ``class_name`` plus
+  constructor kwargs, ``obs_groups`` mapping the model inputs ("actor", "critic") to env groups,
+  ``num_steps_per_env``, ``save_interval``, ``logger``. See configs/agents/rsl_rl/cartpole.yaml.
+
+What we fix, and why
+--------------------
+* Distributed: ``OnPolicyRunner._configure_multi_gpu`` insists on ``device == cuda:{LOCAL_RANK}``
+  and calls ``init_process_group("nccl")`` itself, which fails on CPU and also fails when the group
+  already exists (the worker joins it before building us). ``RankAwareOnPolicyRunner`` overrides
+  just that method: it takes ranks from our ``RankContext`` and reuses (or joins) the existing
+  gloo/NCCL group. Everything else stays rsl_rl's own: parameter broadcast at start, bucketed
+  gradient all-reduce, KL all-reduce with rank 0's learning rate broadcast, and the observation
+  normalizer's all-reduced statistics.
+* Checkpoints: rsl_rl writes with a plain ``torch.save``; a crash mid-write leaves a truncated
+  file. ``save`` is overridden to write atomically. The saved dict holds only tensors and
+  primitives, so it loads with ``torch.load(weights_only=True)``.
+* Only rank 0 gets a ``log_dir`` (the run directory itself, no timestamped subdirectory), so only
+  rank 0 writes TensorBoard events and checkpoints.
+* rsl_rl imports GitPython at import time, which raises without a ``git`` binary unless
+  ``GIT_PYTHON_REFRESH=quiet``.
+* rsl_rl does no seeding; the worker already seeded this process with ``ctx.seed`` (base + rank).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")  # before rsl_rl imports GitPython
+
+import copy
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import torch
+from rsl_rl.env import VecEnv
+from rsl_rl.runners import OnPolicyRunner
+from tensordict import TensorDict
+
+from islab.envs.base import DirectRLEnv
+from islab.libs.base import LibraryAdapter, TrainResult, atomic_torch_save
+from islab.worker.context import RankContext, init_process_group
+
+# Episodes averaged for ``TrainResult.mean_return``; rsl_rl's own "Mean reward" uses 100 as well.
+RETURN_WINDOW = 100
+
+
+class RslRlVecEnv(VecEnv):
+    """Our ``DirectRLEnv`` seen through rsl_rl's ``VecEnv`` (as Isaac Lab's RslRlVecEnvWrapper does).
+
+    It also remembers the returns of the last finished episodes on this rank: rsl_rl keeps such a
+    buffer only on the logging rank, and every rank reports its own mean return.
+    """
+
+    def __init__(self, env: DirectRLEnv) -> None:
+        self.env = env
+        self.cfg = env.cfg
+        self.num_envs = env.num_envs
+        self.num_actions = int(env.single_action_space.shape[0])
+        self.max_episode_length = env.max_episode_length
+        self.device = env.device
+        self.episode_returns: deque[float] = deque(maxlen=RETURN_WINDOW)
+        self._running_return = torch.zeros(env.num_envs, device=env.device)
+        obs, _ = env.reset()  # rsl_rl never resets; the first get_observations() must be valid
+        self._obs = TensorDict(obs, batch_size=[env.num_envs])
+
+    @property
+    def episode_length_buf(self) -> torch.Tensor:
+        return self.env.episode_length_buf
+
+    @episode_length_buf.setter
+    def episode_length_buf(self, value: torch.Tensor) -> None:
+        self.env.episode_length_buf = value  # rsl_rl randomizes it with init_at_random_ep_len
+
+    def get_observations(self) -> TensorDict:
+        return self._obs
+
+    def step(self, actions: torch.Tensor) -> tuple[TensorDict, torch.Tensor, torch.Tensor, dict]:
+        obs, rewards, terminated, truncated, extras = self.env.step(actions)
+        dones = terminated | truncated
+        self._running_return += rewards
+        if dones.any():
+            self.episode_returns.extend(self._running_return[dones].tolist())
+            self._running_return[dones] = 0.0
+        extras["time_outs"] = truncated
+        self._obs = TensorDict(obs, batch_size=[self.num_envs])
+        return self._obs, rewards, dones.to(torch.long), extras
+
+    def mean_return(self) -> float | None:
+        return sum(self.episode_returns) / len(self.episode_returns) if self.episode_returns else None
+
+
+class RankAwareOnPolicyRunner(OnPolicyRunner):
+    """``OnPolicyRunner`` that takes its ranks from ``RankContext`` and joins gloo on CPU."""
+
+    def __init__(self, env: VecEnv, train_cfg: dict, ctx: RankContext, log_dir: str | None, device: str) -> None:
+        self.ctx = ctx  # read by _configure_multi_gpu, which the base __init__ calls first
+        super().__init__(env, train_cfg, log_dir=log_dir, device=device)
+
+    def _configure_multi_gpu(self) -> None:
+        ctx = self.ctx
+        self.gpu_world_size = ctx.world_size
+        self.gpu_local_rank = ctx.local_rank
+        self.gpu_global_rank = ctx.rank
+        self.is_distributed = ctx.distributed
+        if not self.is_distributed:
+            self.cfg["multi_gpu"] = None
+            return
+        # PPO reads this dict to turn on its gradient/KL all-reduce and rank-0-only LR updates.
+        self.cfg["multi_gpu"] = {
+            "global_rank": ctx.rank,
+            "local_rank": ctx.local_rank,
+            "world_size": ctx.world_size,
+        }
+        init_process_group(ctx)  # no-op when the worker already joined (the normal case)
+        if ctx.backend == "nccl":
+            torch.cuda.set_device(torch.device(ctx.device))
+
+    def save(self, path: str, infos: dict | None = None) -> None:
+        saved = self.alg.save()
+        saved["iter"] = self.current_learning_iteration
+        saved["infos"] = infos
+        atomic_torch_save(saved, Path(path))
+        self.logger.save_model(path, self.current_learning_iteration)
+
+
+class RslRlAdapter(LibraryAdapter):
+    name = "rsl_rl"
+
+    def __init__(self, ctx: RankContext, env: DirectRLEnv, agent_cfg: dict[str, Any], run_dir: Path) -> None:
+        super().__init__(ctx, env, agent_cfg, run_dir)
+        train_cfg = copy.deepcopy(agent_cfg)
+        # Our own keys (not rsl_rl's): how learn() starts.
+        self.init_at_random_ep_len = bool(train_cfg.pop("init_at_random_ep_len", False))
+        train_cfg.pop("max_iterations", None)  # the worker's --max-iterations decides
+        train_cfg.pop("seed", None)  # the worker seeded the process; rsl_rl ignores it anyway
+        self.vec_env = RslRlVecEnv(env)
+        if ctx.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        log_dir = str(self.run_dir) if ctx.is_main else None
+        self.runner = RankAwareOnPolicyRunner(self.vec_env, train_cfg, ctx, log_dir=log_dir, device=ctx.device)
+        self.num_steps_per_env = int(train_cfg["num_steps_per_env"])
+
+    def train(self, max_iterations: int) -> TrainResult:
+        start_it = self.runner.current_learning_iteration
+        started = time.perf_counter()
+        self.runner.learn(max_iterations, init_at_random_ep_len=self.init_at_random_ep_len)
+        wall_s = time.perf_counter() - started
+        # rsl_rl names its last checkpoint after the last iteration index, on rank 0 only.
+        last_it = self.runner.current_learning_iteration
+        checkpoint = self.run_dir / f"model_{last_it}.pt" if self.ctx.is_main else None
+        if checkpoint is not None and not checkpoint.is_file():
+            raise RuntimeError(f"rsl_rl did not write its final checkpoint {checkpoint}")
+        return TrainResult(
+            iterations=last_it - start_it + 1,
+            env_steps=self.env.num_envs * self.num_steps_per_env * max_iterations * self.ctx.world_size,
+            wall_s=wall_s,
+            mean_return=self.vec_env.mean_return(),
+            checkpoint=str(checkpoint) if checkpoint is not None else None,
+        )
+
+    def save(self, path: Path) -> None:
+        self.runner.save(str(path))
+
+    def load(self, path: Path) -> None:
+        # rsl_rl's own load() uses weights_only=False; our checkpoints need no pickled objects.
+        loaded = torch.load(path, map_location=self.ctx.device, weights_only=True)
+        if self.runner.alg.load(loaded, None, strict=True):
+            self.runner.current_learning_iteration = loaded["iter"]
+
+    def policy_state(self) -> dict[str, torch.Tensor]:
+        # The actor's state dict is what export depends on: MLP weights, the action std and, when
+        # obs_normalization is on, the normalizer's mean/var/std/count buffers.
+        actor = self.runner.alg.get_policy()
+        return {f"actor.{key}": value.detach().clone() for key, value in actor.state_dict().items()}
