@@ -35,3 +35,14 @@ def test_cuda_without_gpu_is_a_clear_error() -> None:
     else:
         with pytest.raises(RuntimeError, match="no CUDA device"):
             RankContext.from_environ("cuda", 0, environ={})
+
+
+def test_cpu_threads_share_the_cores_unless_told() -> None:
+    import os
+
+    from islab.worker.context import cpu_threads_per_rank
+
+    cores = os.cpu_count() or 1
+    assert cpu_threads_per_rank(1, environ={}) == cores
+    assert cpu_threads_per_rank(cores * 2, environ={}) == 1
+    assert cpu_threads_per_rank(1, environ={"ISLAB_THREADS_PER_RANK": "3"}) == 3

@@ -151,6 +151,19 @@ class RslRlAdapter(LibraryAdapter):
         log_dir = str(self.run_dir) if ctx.is_main else None
         self.runner = RankAwareOnPolicyRunner(self.vec_env, train_cfg, ctx, log_dir=log_dir, device=ctx.device)
         self.num_steps_per_env = int(train_cfg["num_steps_per_env"])
+        self._report_each_iteration()
+
+    def _report_each_iteration(self) -> None:
+        # rsl_rl has no per-iteration callback; its logger.log() runs once per iteration on every rank.
+        steps_per_iteration = self.env.num_envs * self.num_steps_per_env * self.ctx.world_size
+        log_iteration = self.runner.logger.log
+
+        def log_and_report(*, it: int, start_it: int, total_it: int, **kwargs: Any) -> None:
+            log_iteration(it=it, start_it=start_it, total_it=total_it, **kwargs)
+            done = it - start_it + 1
+            self.report_iteration(it + 1, total_it, done * steps_per_iteration, self.vec_env.mean_return())
+
+        self.runner.logger.log = log_and_report
 
     def train(self, max_iterations: int) -> TrainResult:
         start_it = self.runner.current_learning_iteration

@@ -94,12 +94,23 @@ def resolve_device(device: str, local_rank: int) -> str:
     return f"cuda:{local_rank}" if local_rank < visible else "cuda:0"
 
 
+THREADS_VARIABLE = "ISLAB_THREADS_PER_RANK"
+
+
+def cpu_threads_per_rank(local_world_size: int, environ: Mapping[str, str] | None = None) -> int:
+    """Ranks on one node share its cores: ``cores // local world size`` each, since
+    oversubscription costs more than it gains. ``ISLAB_THREADS_PER_RANK`` overrides it (benchmarks,
+    shared machines); torchrun's OMP_NUM_THREADS=1 is not used, as it ignores the core count."""
+    env = os.environ if environ is None else environ
+    if env.get(THREADS_VARIABLE, "").strip():
+        return max(1, int(env[THREADS_VARIABLE]))
+    return max(1, (os.cpu_count() or 1) // local_world_size)
+
+
 def configure_process(ctx: RankContext) -> None:
     """Threads, denormals and global RNGs for this rank; call once, before building anything."""
     if ctx.device == "cpu":
-        # Ranks on one node share its cores; oversubscription costs more than it gains.
-        cores = os.cpu_count() or 1
-        torch.set_num_threads(max(1, cores // ctx.local_world_size))
+        torch.set_num_threads(cpu_threads_per_rank(ctx.local_world_size))
         # Denormal floats slowed rsl_rl training ~10x on CPU (LIBRARY_NOTES.md).
         torch.set_flush_denormal(True)
     else:
