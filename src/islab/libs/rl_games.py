@@ -48,7 +48,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -169,6 +169,7 @@ class RankAwareA2CAgent(A2CAgent):
     def __init__(self, base_name: str, params: dict, ctx: RankContext) -> None:
         self.ctx = ctx
         self.last_checkpoint: str | None = None  # the latest checkpoint rl_games wrote (rank 0)
+        self.on_epoch: Callable[[int], None] | None = None  # called after every training epoch
         config = params["config"]
         distributed = bool(config.get("multi_gpu", False))
         if distributed and not ctx.is_main:
@@ -206,6 +207,13 @@ class RankAwareA2CAgent(A2CAgent):
             with patched(torch.cuda, "set_device", lambda device: None):
                 return super().train()
         return super().train()
+
+    def train_epoch(self) -> tuple:
+        # rl_games has no per-epoch callback for the caller; epoch_num was advanced just before.
+        result = super().train_epoch()
+        if self.on_epoch is not None:
+            self.on_epoch(self.epoch_num)
+        return result
 
     def checkpoint_state(self) -> dict[str, Any]:
         state = self.get_full_state_weights()
@@ -319,6 +327,13 @@ class RlGamesAdapter(LibraryAdapter):
             self.compile_mode = False  # once
         start_epoch = agent.epoch_num
         agent.max_epochs = start_epoch + max_iterations  # rl_games stops when epoch_num reaches it
+        steps_per_epoch = self.env.num_envs * self.horizon_length * self.ctx.world_size
+
+        def report(epoch: int) -> None:
+            mean = float(agent.game_rewards.get_mean()[0]) if agent.game_rewards.current_size > 0 else None
+            self.report_iteration(epoch, agent.max_epochs, (epoch - start_epoch) * steps_per_epoch, mean)
+
+        agent.on_epoch = report
         started = time.perf_counter()
         agent.train()
         wall_s = time.perf_counter() - started
