@@ -1,0 +1,155 @@
+"""What the skrl torch and JAX adapters share: turning our YAML into the dict skrl's Runner takes,
+pooling normalizer batch statistics across ranks, and counting episode returns.
+
+Nothing here imports skrl: importing it has side effects (it joins a process group or
+``jax.distributed`` at import time), so each adapter module decides when that happens.
+
+skrl's ``Runner`` (``skrl.utils.runner.{torch,jax}.Runner``) takes Isaac Lab's skrl YAML as a dict
+and builds models, memory, agent and trainer from it. What a run must decide instead of the file:
+
+* ``seed``: the base seed. ``skrl.utils.set_seed`` (called by the Runner) adds the rank itself.
+* ``trainer.timesteps``: ``max_iterations * agent.rollouts`` (one PPO update per ``rollouts``
+  env steps, so iterations mean the same as in rsl_rl and rl_games).
+* ``agent.experiment``: skrl's default directory is ``runs/<timestamp with microseconds>`` which
+  differs on every rank; ours is the run directory. skrl resolves ``auto`` intervals to
+  ``timesteps/100`` and ``timesteps/10``, which round to 0 (nothing written) in short runs and
+  fall between updates; we write TensorBoard every iteration and about ten checkpoints a run.
+  skrl itself turns both off on ranks > 0.
+* ``RunningStandardScaler``: replaced by a subclass that pools statistics across ranks.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from abc import abstractmethod
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from islab.envs.base import DirectRLEnv
+from islab.libs.base import LibraryAdapter, TrainResult
+from islab.worker.context import RankContext
+
+# Agent-config keys whose value names a preprocessor class (skrl evaluates the string).
+PREPROCESSOR_KEYS = ("observation_preprocessor", "state_preprocessor", "value_preprocessor")
+FINAL_CHECKPOINT_STEM = "agent_final"
+
+
+def rollouts(agent_cfg: dict[str, Any]) -> int:
+    return int(agent_cfg["agent"]["rollouts"])
+
+
+def checkpoint_interval(max_iterations: int, steps_per_iteration: int) -> int:
+    """About ten checkpoints per run, always on an iteration boundary (after an update)."""
+    return max(1, max_iterations // 10) * steps_per_iteration
+
+
+def runner_config(agent_cfg: dict[str, Any], *, base_seed: int, run_dir: Path, scaler_class: type) -> dict[str, Any]:
+    """A copy of ``agent_cfg`` (skrl's runner YAML) with the run-specific fields filled in.
+    ``trainer.timesteps`` stays as configured until ``SkrlAdapter.train`` knows the iterations."""
+    cfg = copy.deepcopy(agent_cfg)
+    steps = rollouts(cfg)
+    cfg["seed"] = base_seed
+    cfg.setdefault("trainer", {})
+    max_iterations = max(1, int(cfg["trainer"].get("timesteps", steps)) // steps)
+    # The worker closes the env itself; skrl would register an atexit hook per trainer.
+    cfg["trainer"]["close_environment_at_exit"] = False
+
+    experiment = cfg["agent"].setdefault("experiment", {})
+    run_dir = Path(run_dir).resolve()
+    experiment["directory"] = str(run_dir.parent)
+    experiment["experiment_name"] = run_dir.name
+    if experiment.get("write_interval", "auto") == "auto":
+        experiment["write_interval"] = steps
+    if experiment.get("checkpoint_interval", "auto") == "auto":
+        experiment["checkpoint_interval"] = checkpoint_interval(max_iterations, steps)
+
+    for key in PREPROCESSOR_KEYS:
+        if cfg["agent"].get(key) == "RunningStandardScaler":
+            cfg["agent"][key] = scaler_class
+    return cfg
+
+
+def pooled_moments(rows: Any) -> tuple[Any, Any, Any]:
+    """Combine per-rank batch statistics into those of the union of all ranks' batches.
+
+    ``rows`` is a [world_size, 2F+1] torch tensor or numpy array; row r is rank r's
+    ``[mean (F), unbiased variance (F), count]``. Returns (mean, unbiased variance, count) of
+    the pooled data, exactly as if one rank had seen every sample. Every rank computes this from
+    the same gathered rows in the same order, so every rank gets the same bits.
+    """
+    features = (rows.shape[1] - 1) // 2
+    means, variances, counts = rows[:, :features], rows[:, features : 2 * features], rows[:, 2 * features :]
+    total = counts.sum(0)
+    mean = (counts * means).sum(0) / total
+    squares = ((counts - 1) * variances + counts * (means - mean) ** 2).sum(0)
+    return mean, squares / (total - 1), total
+
+
+class EpisodeReturnMixin:
+    """Mixed into skrl's PPO (torch or JAX) to keep the recent episode returns on every rank.
+
+    skrl tracks episode returns only where it writes TensorBoard (rank 0), so ranks > 0 would
+    know nothing. Our env reports the mean return of the episodes that finished in a step in
+    ``extras["log"]["episode_return"]``, which skrl passes to ``record_transition`` as ``infos``.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # one iteration's worth of steps
+        self.recent_episode_returns: deque[float] = deque(maxlen=int(self.cfg.rollouts))
+
+    def record_transition(self, *, infos: Any, **kwargs: Any) -> None:
+        log = infos.get("log") if isinstance(infos, dict) else None
+        if log and "episode_return" in log:
+            self.recent_episode_returns.append(float(log["episode_return"]))
+        super().record_transition(infos=infos, **kwargs)
+
+    def mean_episode_return(self) -> float | None:
+        returns = self.recent_episode_returns
+        return sum(returns) / len(returns) if returns else None
+
+
+class SkrlAdapter(LibraryAdapter):
+    """The train loop both skrl adapters share: skrl's Runner builds everything from the YAML,
+    its SequentialTrainer runs ``max_iterations * rollouts`` env steps, rank 0 writes a final
+    checkpoint. Subclasses build the Runner for their framework and own the checkpoint format."""
+
+    checkpoint_suffix: str
+
+    def __init__(self, ctx: RankContext, env: DirectRLEnv, agent_cfg: dict[str, Any], run_dir: Path) -> None:
+        super().__init__(ctx, env, agent_cfg, run_dir)
+        self.steps_per_iteration = rollouts(agent_cfg)
+        experiment = agent_cfg["agent"].get("experiment", {})
+        self._auto_checkpoints = experiment.get("checkpoint_interval", "auto") == "auto"
+        self.runner = self._build_runner()
+
+    @abstractmethod
+    def _build_runner(self) -> Any:
+        """Import-time fixes done, build skrl's Runner for this framework from ``self.agent_cfg``."""
+
+    @property
+    def agent(self) -> Any:
+        return self.runner.agent
+
+    def train(self, max_iterations: int) -> TrainResult:
+        steps = self.steps_per_iteration
+        self.runner.trainer.cfg.timesteps = max_iterations * steps
+        # skrl set the interval when the trainer was built; ranks > 0 keep skrl's 0 (no checkpoints)
+        if self._auto_checkpoints and self.agent.checkpoint_interval > 0:
+            self.agent.checkpoint_interval = checkpoint_interval(max_iterations, steps)
+        started = time.perf_counter()
+        self.runner.run("train")
+        wall_s = time.perf_counter() - started
+        checkpoint = None
+        if self.ctx.is_main:
+            checkpoint = self.run_dir / "checkpoints" / f"{FINAL_CHECKPOINT_STEM}{self.checkpoint_suffix}"
+            self.save(checkpoint)
+        return TrainResult(
+            iterations=max_iterations,
+            env_steps=max_iterations * steps * self.env.num_envs * self.ctx.world_size,
+            wall_s=wall_s,
+            mean_return=self.agent.mean_episode_return(),
+            checkpoint=str(checkpoint) if checkpoint else None,
+        )

@@ -1,0 +1,266 @@
+"""The skrl adapters (torch and JAX), built in-process with one rank and a few envs.
+
+``import skrl`` reads WORLD_SIZE / JAX_WORLD_SIZE and joins a process group at import time, so the
+in-process tests run only when neither is set; anything distributed runs in a subprocess.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from islab.agent_config import load_agent_config
+from islab.envs import make_env
+from islab.libs._skrl_common import pooled_moments, runner_config
+from islab.libs.base import state_digest
+from islab.worker.context import RankContext
+
+TASK = "Islab-Cartpole-v0"
+
+pytestmark = pytest.mark.skipif(
+    int(os.environ.get("WORLD_SIZE", "1")) > 1 or int(os.environ.get("JAX_WORLD_SIZE", "1")) > 1,
+    reason="importing skrl inside a distributed launch would join that job's process group",
+)
+needs_jax = pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
+
+
+def single_rank(seed: int = 3) -> RankContext:
+    return RankContext.from_environ("cpu", seed, environ={})
+
+
+def build(framework: str, run_dir: Path, *, num_envs: int = 32, seed: int = 3, overrides: tuple[str, ...] = ()):
+    from islab.libs import load_adapter
+
+    ctx = single_rank(seed)
+    env = make_env(TASK, num_envs, ctx.device, seed=ctx.seed)
+    return load_adapter("skrl", framework)(ctx, env, load_agent_config("skrl", TASK, overrides), run_dir)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# -- shared logic -----------------------------------------------------------------------------
+
+
+def test_runner_config_fills_in_the_run(tmp_path: Path) -> None:
+    agent_cfg = load_agent_config("skrl", TASK)
+    marker = type("Scaler", (), {})
+    cfg = runner_config(agent_cfg, base_seed=7, run_dir=tmp_path / "run", scaler_class=marker)
+    assert cfg["seed"] == 7
+    experiment = cfg["agent"]["experiment"]
+    assert Path(experiment["directory"]) / experiment["experiment_name"] == (tmp_path / "run").resolve()
+    rollouts = agent_cfg["agent"]["rollouts"]
+    assert experiment["write_interval"] == rollouts  # "auto" -> every iteration
+    assert experiment["checkpoint_interval"] % rollouts == 0  # on an update boundary
+    assert cfg["agent"]["observation_preprocessor"] is marker
+    assert cfg["agent"]["value_preprocessor"] is marker
+    assert agent_cfg["agent"]["observation_preprocessor"] == "RunningStandardScaler"  # input untouched
+
+
+@pytest.mark.parametrize("library", ["numpy", "torch"])
+def test_pooled_moments_equal_the_union_of_batches(library: str) -> None:
+    rng = np.random.default_rng(0)
+    batches = [rng.normal(loc, 1 + loc, size=(n, 3)) for loc, n in ((0.0, 40), (2.0, 40), (-1.0, 17))]
+    rows = np.stack([np.concatenate([b.mean(0), b.var(0, ddof=1), [len(b)]]) for b in batches])
+    if library == "torch":
+        rows = torch.as_tensor(rows)
+    mean, variance, count = pooled_moments(rows)
+    union = np.concatenate(batches)
+    np.testing.assert_allclose(np.asarray(mean), union.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(variance), union.var(0, ddof=1), rtol=1e-12)
+    assert float(count[0]) == len(union)
+
+
+# -- skrl-torch ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trained_torch(tmp_path_factory: pytest.TempPathFactory):
+    run_dir = tmp_path_factory.mktemp("skrl_torch") / "run"
+    adapter = build("torch", run_dir)
+    return adapter, adapter.train(2), run_dir
+
+
+def test_torch_train_reports_a_sane_result(trained_torch) -> None:
+    adapter, result, _ = trained_torch
+    assert result.iterations == 2
+    assert result.env_steps == 2 * adapter.steps_per_iteration * 32
+    assert result.wall_s > 0
+    assert result.mean_return is not None and -10.0 < result.mean_return < 400.0
+
+
+def test_torch_writes_tensorboard_and_a_weights_only_checkpoint(trained_torch) -> None:
+    adapter, result, run_dir = trained_torch
+    assert list(run_dir.glob("events.out.tfevents.*")), "no TensorBoard events in the run directory"
+    checkpoint = Path(result.checkpoint)
+    assert checkpoint.parent == run_dir / "checkpoints" and checkpoint.is_file()
+    state = torch.load(checkpoint, weights_only=True)
+    assert {"policy", "optimizer", "observation_preprocessor", "value_preprocessor"} <= set(state)
+    assert torch.equal(state["policy"]["log_std_parameter"], adapter.agent.policy.state_dict()["log_std_parameter"])
+    assert not list(run_dir.glob("checkpoints/.*tmp*")), "temporary checkpoint file left behind"
+
+
+def test_torch_save_load_round_trips_the_policy(trained_torch, tmp_path: Path) -> None:
+    adapter, _, _ = trained_torch
+    path = tmp_path / "agent.pt"
+    adapter.save(path)
+    other = build("torch", tmp_path / "other", seed=11)
+    assert state_digest(other.policy_state()) != state_digest(adapter.policy_state())
+    other.load(path)
+    assert state_digest(other.policy_state()) == state_digest(adapter.policy_state())
+    assert any(name.startswith("observation_preprocessor.") for name in other.policy_state())
+
+
+def test_torch_import_guard_keeps_the_workers_process_group(tmp_path: Path) -> None:
+    """With WORLD_SIZE=2 in the environment and a gloo group already joined, skrl's import-time
+    init_process_group("nccl") would raise; the adapter module imports skrl around it."""
+    script = textwrap.dedent(
+        f"""
+        import torch.distributed as dist
+        original = dist.init_process_group
+        dist.init_process_group("gloo", init_method="file://{tmp_path}/store", rank=0, world_size=1)
+        import islab.libs.skrl_torch
+        import skrl
+        assert skrl.config.torch.is_distributed  # skrl read WORLD_SIZE=2 at import
+        assert dist.init_process_group is original, "patch not restored"
+        assert dist.get_backend() == "gloo"
+        print("ok")
+        """
+    )
+    env = {**os.environ, "WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
+
+
+@pytest.fixture
+def one_torch_thread():
+    """One intra-op thread, as each rank gets under torchrun: on a busy 2-core machine two OpenMP
+    threads per op made this run 30x slower (420 s instead of 12 s) while waiting for each other."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.slow
+def test_torch_learns_cartpole_on_one_cpu_rank(tmp_path: Path, one_torch_thread: None) -> None:
+    adapter = build("torch", tmp_path / "run", num_envs=512, seed=1)
+    result = adapter.train(25)  # 25 * 32 * 512 = 409,600 env steps; ~10 s here
+    assert result.wall_s < 90, f"too slow: {result.wall_s:.0f} s"
+    assert result.mean_return is not None and result.mean_return >= 200, result
+
+
+@pytest.mark.slow
+def test_torch_two_ranks_end_with_identical_policies(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--nnodes", "1",
+        "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+        "-m", "islab.worker", "--lib", "skrl", "--ml-framework", "torch", "--task", TASK,
+        "--num-envs", "64", "--seed", "1", "--max-iterations", "3", "--device", "cpu",
+        "--run-dir", str(run_dir), "--distributed",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    digests = {json.loads(path.read_text())["policy_sha256"] for path in run_dir.glob("digests/rank_*.json")}
+    assert len(list(run_dir.glob("digests/rank_*.json"))) == 2
+    assert len(digests) == 1, "ranks hold different policies (weights or normalizer)"
+
+
+# -- skrl-JAX --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trained_jax(tmp_path_factory: pytest.TempPathFactory):
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    run_dir = tmp_path_factory.mktemp("skrl_jax") / "run"
+    adapter = build("jax", run_dir)
+    return adapter, adapter.train(1), run_dir
+
+
+@needs_jax
+def test_jax_train_writes_tensorboard_and_skrls_checkpoint(trained_jax) -> None:
+    adapter, result, run_dir = trained_jax
+    assert result.iterations == 1
+    assert result.env_steps == adapter.steps_per_iteration * 32
+    assert list(run_dir.glob("events.out.tfevents.*")), "no TensorBoard events in the run directory"
+    checkpoint = Path(result.checkpoint)
+    assert checkpoint == run_dir / "checkpoints" / "agent_final.pickle" and checkpoint.is_file()
+
+
+@needs_jax
+def test_jax_checkpoint_loads_back_with_skrl(trained_jax, tmp_path: Path) -> None:
+    adapter, result, _ = trained_jax
+    other = build("jax", tmp_path / "other", seed=11)
+    assert state_digest(other.policy_state()) != state_digest(adapter.policy_state())
+    other.agent.load(result.checkpoint)  # skrl's own loader reads our final checkpoint
+    assert state_digest(other.policy_state()) == state_digest(adapter.policy_state())
+
+
+@needs_jax
+def test_jax_save_load_round_trips_the_policy(trained_jax, tmp_path: Path) -> None:
+    adapter, _, _ = trained_jax
+    path = tmp_path / "agent.pickle"
+    adapter.save(path)
+    other = build("jax", tmp_path / "other", seed=12)
+    other.load(path)
+    state = other.policy_state()
+    assert state_digest(state) == state_digest(adapter.policy_state())
+    assert all(isinstance(value, np.ndarray) for value in state.values())
+    assert "observation_preprocessor.running_mean" in state
+
+
+@needs_jax
+@pytest.mark.slow
+def test_jax_two_ranks_end_with_identical_policies(tmp_path: Path) -> None:
+    from islab.worker import ENTRY_SCRIPT
+
+    run_dir = tmp_path / "run"
+    command = [
+        sys.executable, "-m", "skrl.utils.distributed.jax", "--nnodes", "1", "--nproc_per_node", "2",
+        "--node_rank", "0", "--coordinator_address", f"127.0.0.1:{free_port()}", str(ENTRY_SCRIPT),
+        "--lib", "skrl", "--ml-framework", "jax", "--task", TASK, "--num-envs", "64", "--seed", "1",
+        "--max-iterations", "2", "--device", "cpu", "--run-dir", str(run_dir), "--distributed",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=400)
+    # skrl's launcher exits 0 even when a rank fails: the digests are the evidence.
+    paths = sorted(run_dir.glob("digests/rank_*.json"))
+    assert len(paths) == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    digests = {json.loads(path.read_text())["policy_sha256"] for path in paths}
+    assert len(digests) == 1, "ranks hold different policies (weights or normalizer)"
+    assert (run_dir / "checkpoints" / "agent_final.pickle").is_file()
+
+
+@needs_jax
+def test_jax_collectives_are_compiled_once() -> None:
+    """skrl builds ``jax.pmap(lambda ...)`` anew per gradient and KL reduction; ours are cached."""
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import jax
+    import jax.numpy as jnp
+
+    from islab.libs import skrl_jax
+
+    ppo_jax = skrl_jax.skrl_ppo_module.jax
+    kl_sum = ppo_jax.pmap(lambda x: jax.lax.psum(x, "i"), axis_name="i")
+    assert kl_sum is skrl_jax._psum_across_processes()
+    assert ppo_jax.pmap(lambda x: x * 2, axis_name="i") is not kl_sum  # others pass through
+    assert ppo_jax.numpy is jnp
+    # one process: the mean over processes of a gradient pytree is the pytree itself
+    grads = {"w": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(3)}
+    reduced = skrl_jax.Model.reduce_parameters(None, grads)
+    assert skrl_jax.Model.reduce_parameters is skrl_jax._reduce_parameters
+    for name in grads:
+        np.testing.assert_array_equal(np.asarray(reduced[name]), np.asarray(grads[name]))
