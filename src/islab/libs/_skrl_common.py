@@ -110,6 +110,13 @@ class EpisodeReturnMixin:
         returns = self.recent_episode_returns
         return sum(returns) / len(returns) if returns else None
 
+    def post_interaction(self, *, timestep: int, timesteps: int) -> None:
+        super().post_interaction(timestep=timestep, timesteps=timesteps)
+        # skrl updates every `rollouts` steps; one update is one training iteration for us.
+        on_update = getattr(self, "on_update", None)
+        if self.training and on_update is not None and not self._rollout % self.cfg.rollouts:
+            on_update(self._rollout // self.cfg.rollouts)
+
 
 class SkrlAdapter(LibraryAdapter):
     """The train loop both skrl adapters share: skrl's Runner builds everything from the YAML,
@@ -139,6 +146,10 @@ class SkrlAdapter(LibraryAdapter):
         # skrl set the interval when the trainer was built; ranks > 0 keep skrl's 0 (no checkpoints)
         if self._auto_checkpoints and self.agent.checkpoint_interval > 0:
             self.agent.checkpoint_interval = checkpoint_interval(max_iterations, steps)
+        steps_per_iteration_all_ranks = steps * self.env.num_envs * self.ctx.world_size
+        self.agent.on_update = lambda iteration: self.report_iteration(
+            iteration, max_iterations, iteration * steps_per_iteration_all_ranks, self.agent.mean_episode_return()
+        )
         started = time.perf_counter()
         self.runner.run("train")
         wall_s = time.perf_counter() - started
