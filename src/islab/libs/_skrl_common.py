@@ -16,6 +16,10 @@ and builds models, memory, agent and trainer from it. What a run must decide ins
   fall between updates; we write TensorBoard every iteration and about ten checkpoints a run.
   skrl itself turns both off on ranks > 0.
 * ``RunningStandardScaler``: replaced by a subclass that pools statistics across ranks.
+
+Resume: skrl's trainer always counts timesteps from 0. After a resume at iteration N the agent
+sees timesteps shifted by ``N * rollouts`` (``timestep_offset``), so TensorBoard curves and skrl's
+own checkpoint names continue where the run left off; iterations are reported as N+1, N+2, ...
 """
 
 from __future__ import annotations
@@ -99,6 +103,7 @@ class EpisodeReturnMixin:
         super().__init__(*args, **kwargs)
         # one iteration's worth of steps
         self.recent_episode_returns: deque[float] = deque(maxlen=int(self.cfg.rollouts))
+        self.timestep_offset = 0  # N * rollouts after a resume at iteration N
 
     def record_transition(self, *, infos: Any, **kwargs: Any) -> None:
         log = infos.get("log") if isinstance(infos, dict) else None
@@ -111,11 +116,12 @@ class EpisodeReturnMixin:
         return sum(returns) / len(returns) if returns else None
 
     def post_interaction(self, *, timestep: int, timesteps: int) -> None:
-        super().post_interaction(timestep=timestep, timesteps=timesteps)
+        offset = self.timestep_offset
+        super().post_interaction(timestep=timestep + offset, timesteps=timesteps + offset)
         # skrl updates every `rollouts` steps; one update is one training iteration for us.
         on_update = getattr(self, "on_update", None)
         if self.training and on_update is not None and not self._rollout % self.cfg.rollouts:
-            on_update(self._rollout // self.cfg.rollouts)
+            on_update()
 
 
 class SkrlAdapter(LibraryAdapter):
@@ -142,14 +148,20 @@ class SkrlAdapter(LibraryAdapter):
 
     def train(self, max_iterations: int) -> TrainResult:
         steps = self.steps_per_iteration
+        start = self.iteration
         self.runner.trainer.cfg.timesteps = max_iterations * steps
+        self.agent.timestep_offset = start * steps
         # skrl set the interval when the trainer was built; ranks > 0 keep skrl's 0 (no checkpoints)
         if self._auto_checkpoints and self.agent.checkpoint_interval > 0:
             self.agent.checkpoint_interval = checkpoint_interval(max_iterations, steps)
         steps_per_iteration_all_ranks = steps * self.env.num_envs * self.ctx.world_size
-        self.agent.on_update = lambda iteration: self.report_iteration(
-            iteration, max_iterations, iteration * steps_per_iteration_all_ranks, self.agent.mean_episode_return()
-        )
+
+        def on_update() -> None:
+            done = self.iteration + 1
+            mean = self.agent.mean_episode_return()
+            self.report_iteration(done, start + max_iterations, (done - start) * steps_per_iteration_all_ranks, mean)
+
+        self.agent.on_update = on_update
         started = time.perf_counter()
         self.runner.run("train")
         wall_s = time.perf_counter() - started

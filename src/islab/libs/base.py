@@ -3,6 +3,12 @@
 The worker does not know which library trains; it builds an adapter and calls ``train``. Each
 adapter translates our environment into the library's env interface, the agent config into the
 library's objects, and reports what happened in a ``TrainResult``.
+
+For checkpoints and resume (the format lives in ``islab.checkpoint``) an adapter also provides
+``library_state()`` / ``load_library_state()`` (everything the library needs to continue:
+model, optimizer, normalizers, its own counters and learning-rate state, as tensors and
+primitives) and keeps ``iteration``, the number of training iterations completed, which
+``train(n)`` continues from: after a resume at N, ``train(M)`` runs iterations N+1 .. N+M.
 """
 
 from __future__ import annotations
@@ -14,13 +20,16 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from islab.envs.base import DirectRLEnv
 from islab.worker.context import RankContext
 from islab.worker.faults import maybe_inject_fault
+
+if TYPE_CHECKING:
+    from islab.checkpoint import Checkpointer
 
 
 @dataclass
@@ -47,10 +56,17 @@ class LibraryAdapter(ABC):
         self.run_dir = Path(run_dir)
         self._progress_start = time.perf_counter()
         self._last_report: tuple[float, int] | None = None
+        self.iteration = 0  # training iterations completed; restored on resume
+        self.checkpointer: Checkpointer | None = None  # set by the worker; writes islab checkpoints
 
     def report_iteration(self, iteration: int, max_iterations: int, env_steps: int, mean_return: float | None) -> None:
         """Call on every rank after each training iteration (1-based; ``env_steps``: all ranks,
-        cumulative). Rank 0 appends it to ``progress.jsonl`` for the launcher's live display."""
+        cumulative). Rank 0 appends it to ``progress.jsonl`` for the launcher's live display.
+        ``iteration`` and ``max_iterations`` count from the start of the run, across resumes.
+
+        Then the checkpointer (if any) writes a checkpoint when one is due: every rank is here
+        after the same iteration, so its collective RNG gather cannot deadlock. Fault injection
+        comes last, so a rank that "crashes" after iteration K has already checkpointed K."""
         now = time.perf_counter()
         if self.ctx.is_main:
             last_time, last_steps = self._last_report or (self._progress_start, 0)
@@ -65,6 +81,9 @@ class LibraryAdapter(ABC):
             with open(self.run_dir / "progress.jsonl", "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(record) + "\n")
         self._last_report = (now, env_steps)
+        self.iteration = iteration
+        if self.checkpointer is not None:
+            self.checkpointer.on_iteration(self, iteration, max_iterations)
         maybe_inject_fault(self.ctx.rank, self.run_dir, iteration)
 
     @abstractmethod
@@ -79,6 +98,23 @@ class LibraryAdapter(ABC):
     @abstractmethod
     def policy_state(self) -> dict[str, torch.Tensor]:
         """Everything the exported policy depends on: actor weights and observation normalizer."""
+
+    @abstractmethod
+    def library_state(self) -> dict[str, Any]:
+        """Everything the library needs to continue training, as tensors and primitives only
+        (``torch.load(weights_only=True)`` must read it back); called on rank 0."""
+
+    @abstractmethod
+    def load_library_state(self, state: dict[str, Any]) -> None:
+        """Inverse of ``library_state``, on a freshly built adapter, before ``train``."""
+
+    def extra_rng_state(self) -> dict[str, Any]:
+        """Library RNG state beyond torch/numpy/random/env (skrl-JAX's PRNG key), per rank."""
+        return {}
+
+    def load_extra_rng_state(self, state: dict[str, Any]) -> None:
+        """Inverse of ``extra_rng_state``."""
+        del state  # nothing beyond what islab.checkpoint restores itself
 
 
 def state_digest(state: dict[str, Any]) -> str:

@@ -41,6 +41,11 @@ What we fix, and why
   overridden to store a float and write atomically.
 * ``torch_compile`` defaults to True in rl_games (seconds of compiling on CPU); our config turns it
   off, and the adapter treats a missing key as off.
+* Resume: ``library_state`` is rl_games' full state (model with both normalizers, optimizer,
+  ``epoch``, ``frame``, best reward) plus ``last_lr`` and ``entropy_coef``, which rl_games does not
+  save although its schedulers overwrite the optimizer's rate from ``last_lr`` every epoch. The
+  islab checkpoint is written from inside the epoch (``on_epoch``), before rl_games adds the
+  epoch's frames to ``frame``; ``library_state`` adds them. ``epoch_num`` is the iteration count.
 """
 
 from __future__ import annotations
@@ -170,6 +175,7 @@ class RankAwareA2CAgent(A2CAgent):
         self.ctx = ctx
         self.last_checkpoint: str | None = None  # the latest checkpoint rl_games wrote (rank 0)
         self.on_epoch: Callable[[int], None] | None = None  # called after every training epoch
+        self.frames_pending = 0  # this epoch's frames while on_epoch runs (rl_games adds them after)
         config = params["config"]
         distributed = bool(config.get("multi_gpu", False))
         if distributed and not ctx.is_main:
@@ -212,11 +218,17 @@ class RankAwareA2CAgent(A2CAgent):
         # rl_games has no per-epoch callback for the caller; epoch_num was advanced just before.
         result = super().train_epoch()
         if self.on_epoch is not None:
-            self.on_epoch(self.epoch_num)
+            self.frames_pending = self.curr_frames * (self.world_size if self.multi_gpu else 1)
+            try:
+                self.on_epoch(self.epoch_num)
+            finally:
+                self.frames_pending = 0
         return result
 
     def checkpoint_state(self) -> dict[str, Any]:
         state = self.get_full_state_weights()
+        # torch.compile prefixes the keys with "_orig_mod."; a fresh (uncompiled) model loads them plain.
+        state["model"] = {key.removeprefix("_orig_mod."): value for key, value in state["model"].items()}
         # rl_games keeps the best mean reward as a numpy scalar; weights_only loading refuses it.
         state["last_mean_rewards"] = float(np.asarray(state["last_mean_rewards"]).reshape(-1)[0])
         return state
@@ -353,6 +365,21 @@ class RlGamesAdapter(LibraryAdapter):
     def load(self, path: Path) -> None:
         checkpoint = torch.load(path, map_location=self.ctx.device, weights_only=True)
         self.agent.set_full_state_weights(checkpoint)
+
+    def library_state(self) -> dict[str, Any]:
+        agent = self.agent
+        state = agent.checkpoint_state()
+        state["frame"] = int(state["frame"]) + agent.frames_pending
+        state["last_lr"] = float(agent.last_lr)
+        state["entropy_coef"] = float(agent.entropy_coef)
+        return state
+
+    def load_library_state(self, state: dict[str, Any]) -> None:
+        agent = self.agent
+        agent.set_full_state_weights(state)  # load_state_dict copies onto each parameter's device
+        agent.last_lr = float(state["last_lr"])
+        agent.entropy_coef = float(state["entropy_coef"])
+        self.iteration = int(agent.epoch_num)
 
     def policy_state(self) -> dict[str, torch.Tensor]:
         # The whole model: actor/critic MLP, mu and sigma heads, and the running_mean_std (obs) and

@@ -29,6 +29,12 @@ What we fix, and why
 * rsl_rl imports GitPython at import time, which raises without a ``git`` binary unless
   ``GIT_PYTHON_REFRESH=quiet``.
 * rsl_rl does no seeding; the worker already seeded this process with ``ctx.seed`` (base + rank).
+* Resume: rsl_rl's ``current_learning_iteration`` is the 0-based index of the last iteration
+  run, and ``learn`` starts at that same index (a resumed rsl_rl run repeats its index). We count
+  completed iterations (``self.iteration``) and set ``current_learning_iteration`` to it before
+  ``learn``, so after a resume at N the next iteration is index N, reported as N+1.
+  ``library_state`` is rsl_rl's own ``alg.save()`` dict (actor and critic with their
+  normalizers, optimizer; RND if on) plus the adaptive learning rate.
 """
 
 from __future__ import annotations
@@ -166,7 +172,7 @@ class RslRlAdapter(LibraryAdapter):
         self.runner.logger.log = log_and_report
 
     def train(self, max_iterations: int) -> TrainResult:
-        start_it = self.runner.current_learning_iteration
+        self.runner.current_learning_iteration = start_it = self.iteration
         started = time.perf_counter()
         self.runner.learn(max_iterations, init_at_random_ep_len=self.init_at_random_ep_len)
         wall_s = time.perf_counter() - started
@@ -191,6 +197,16 @@ class RslRlAdapter(LibraryAdapter):
         loaded = torch.load(path, map_location=self.ctx.device, weights_only=True)
         if self.runner.alg.load(loaded, None, strict=True):
             self.runner.current_learning_iteration = loaded["iter"]
+
+    def library_state(self) -> dict[str, Any]:
+        state = self.runner.alg.save()
+        # The adaptive schedule writes the rate into the optimizer too, but PPO reads its own copy.
+        state["learning_rate"] = float(self.runner.alg.learning_rate)
+        return state
+
+    def load_library_state(self, state: dict[str, Any]) -> None:
+        self.runner.alg.load(state, None, strict=True)  # reads only its own keys
+        self.runner.alg.learning_rate = float(state["learning_rate"])
 
     def policy_state(self) -> dict[str, torch.Tensor]:
         # The actor's state dict is what export depends on: MLP weights, the action std and, when

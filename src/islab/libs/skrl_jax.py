@@ -26,6 +26,14 @@ What skrl expects, and what this module does about it:
 * **Output.** Experiment directory = run directory; skrl writes TensorBoard and checkpoints on
   rank 0 only; the final checkpoint is skrl's own JAX format (a pickled dict of
   ``flax.serialization`` bytes per module, what ``agent.load`` reads), written atomically.
+  skrl's periodic ``agent_<timestep>.pickle`` files are skrl's plain writes; what resume relies on
+  is the islab checkpoint, which is atomic.
+* **Resume.** skrl's JAX ``agent.load`` restores model and preprocessor parameters but not the
+  optimizer state (a TODO in skrl 2.1.1) nor the adaptive learning rates. ``library_state``
+  holds all of them: every checkpoint module as ``flax.serialization.to_state_dict`` with each
+  JAX array turned into a torch tensor (numpy in between), so the islab checkpoint stays a
+  ``weights_only`` torch file like the other libraries'; plus both learning rates. skrl's PRNG
+  key (``skrl.config.jax.key``) is per-rank RNG state, saved with the other RNGs.
 """
 
 from __future__ import annotations
@@ -42,7 +50,8 @@ import jax.numpy as jnp
 import numpy as np
 import skrl
 import skrl.agents.jax.ppo.ppo as skrl_ppo_module
-from flax import traverse_util
+import torch
+from flax import serialization, traverse_util
 from skrl.agents.jax.ppo import PPO
 from skrl.envs.wrappers.jax import wrap_env
 from skrl.models.jax.base import Model, _unvectorize_leaves, _vectorize_leaves
@@ -124,6 +133,14 @@ class IslabRunner(Runner):
         return TrackedPPO if name.lower() == "ppo" else super()._component(name)
 
 
+def _jax_to_torch(value: Any) -> torch.Tensor:
+    return torch.from_numpy(np.array(jax.device_get(value)))
+
+
+def _torch_to_jax(value: torch.Tensor) -> jax.Array:
+    return jnp.asarray(value.numpy())
+
+
 class SkrlJaxAdapter(SkrlAdapter):
     name = "skrl"
     checkpoint_suffix = ".pickle"
@@ -155,6 +172,44 @@ class SkrlJaxAdapter(SkrlAdapter):
 
     def load(self, path: Path) -> None:
         self.agent.load(str(path))
+
+    def library_state(self) -> dict[str, Any]:
+        agent = self.agent
+        state: dict[str, Any] = {}
+        for name, module in agent.checkpoint_modules.items():
+            # Models and preprocessors keep their arrays in state_dict.params; an optimizer is itself
+            # a pytree (its optax state).
+            target = module.state_dict.params if hasattr(module, "state_dict") else module
+            state[name] = jax.tree.map(_jax_to_torch, serialization.to_state_dict(target))
+        state["learning_rate"] = {
+            "policy": float(getattr(agent, "policy_learning_rate", 0.0)),
+            "value": float(getattr(agent, "value_learning_rate", 0.0)),
+        }
+        return state
+
+    def load_library_state(self, state: dict[str, Any]) -> None:
+        agent = self.agent
+        for name, module in list(agent.checkpoint_modules.items()):
+            data = jax.tree.map(_torch_to_jax, state[name])
+            if hasattr(module, "state_dict"):
+                params = serialization.from_state_dict(module.state_dict.params, data)
+                module.state_dict = module.state_dict.replace(params=params)
+            else:
+                # An optimizer is an immutable pytree: replace it where the agent holds it.
+                restored = serialization.from_state_dict(module, data)
+                agent.checkpoint_modules[name] = restored
+                if getattr(agent, name, None) is module:
+                    setattr(agent, name, restored)
+        for role in ("policy", "value"):
+            if hasattr(agent, f"{role}_learning_rate"):
+                setattr(agent, f"{role}_learning_rate", state["learning_rate"][role])
+
+    def extra_rng_state(self) -> dict[str, Any]:
+        return {"jax_key": torch.from_numpy(np.asarray(jax.device_get(skrl.config.jax.key)).astype(np.int64))}
+
+    def load_extra_rng_state(self, state: dict[str, Any]) -> None:
+        if "jax_key" in state:
+            skrl.config.jax.key = jnp.asarray(state["jax_key"].numpy().astype(np.uint32))
 
     def policy_state(self) -> dict[str, np.ndarray]:
         params = traverse_util.flatten_dict(jax.device_get(self.agent.policy.state_dict.params), sep=".")

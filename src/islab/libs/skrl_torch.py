@@ -20,6 +20,8 @@ What skrl expects, and what this module does about it:
   ranks' observation normalizers drift apart (0.019 measured) and so do their policies' inputs.
   ``SyncedRunningStandardScaler`` pools each batch's statistics across ranks before updating,
   so every rank applies the same update and holds the same bits.
+* **Resume.** ``library_state`` is skrl's checkpoint modules plus the LR scheduler; skrl's own
+  periodic ``agent_<timestep>.pt`` files are written atomically too (``TrackedPPO``).
 * **Output.** The experiment directory is the run directory (skrl's default timestamp differs
   per rank); skrl writes TensorBoard and checkpoints on rank 0 only; the final checkpoint is
   written atomically and loads with ``torch.load(weights_only=True)``.
@@ -91,7 +93,23 @@ class SyncedRunningStandardScaler(RunningStandardScaler):
 
 
 class TrackedPPO(EpisodeReturnMixin, PPO):
-    """skrl's PPO that also remembers recent episode returns on every rank."""
+    """skrl's PPO that also remembers recent episode returns on every rank, and writes its
+    periodic checkpoints atomically."""
+
+    def write_checkpoint(self, *, timestep: int, timesteps: int) -> None:
+        """skrl 2.1.1's ``write_checkpoint`` (whole-agent layout) with ``atomic_torch_save`` for its
+        plain ``torch.save``: a rank killed mid-write must not leave a truncated agent_<t>.pt."""
+        if self.cfg.experiment.store_separately:
+            super().write_checkpoint(timestep=timestep, timesteps=timesteps)
+            return
+        directory = Path(self.experiment_dir) / "checkpoints"
+        modules = {name: self._get_internal_value(module) for name, module in self.checkpoint_modules.items()}
+        atomic_torch_save(modules, directory / f"agent_{timestep}.pt")
+        best = self.checkpoint_best_modules
+        if best["modules"] and not best["saved"]:
+            best_modules = {name: best["modules"][name] for name in self.checkpoint_modules}
+            atomic_torch_save(best_modules, directory / "best_agent.pt")
+            best["saved"] = True
 
 
 class IslabRunner(Runner):
@@ -131,6 +149,21 @@ class SkrlTorchAdapter(SkrlAdapter):
         state = torch.load(Path(path), map_location=self.ctx.device, weights_only=True)
         for name, module in self._modules().items():
             module.load_state_dict(state[name])
+
+    def library_state(self) -> dict[str, Any]:
+        """skrl's checkpoint modules (policy, value, optimizer, preprocessors) and the learning-rate
+        scheduler's state, which skrl does not save (the rate itself is in the optimizer)."""
+        state: dict[str, Any] = {name: module.state_dict() for name, module in self._modules().items()}
+        scheduler = getattr(self.agent, "scheduler", None)
+        state["scheduler"] = scheduler.state_dict() if scheduler is not None else None
+        return state
+
+    def load_library_state(self, state: dict[str, Any]) -> None:
+        for name, module in self._modules().items():
+            module.load_state_dict(state[name])
+        scheduler = getattr(self.agent, "scheduler", None)
+        if scheduler is not None and state.get("scheduler") is not None:
+            scheduler.load_state_dict(state["scheduler"])
 
     def policy_state(self) -> dict[str, torch.Tensor]:
         state = {f"policy.{key}": value for key, value in self.agent.policy.state_dict().items()}

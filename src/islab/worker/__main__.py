@@ -9,7 +9,15 @@ top to bottom, is the whole story of a rank:
     process group   gloo on CPU / NCCL on GPU (torchrun jobs; skrl-JAX joins jax.distributed)
     env             ONE batched environment of num_envs on this rank's device, seeded per rank
     adapter         ONE policy, trained by the chosen library; gradients averaged across ranks
+    resume          with --resume, or after an elastic restart: the checkpoint rank 0 reads and
+                    broadcasts (islab.checkpoint), loaded into the adapter before training
     results         policy digest per rank (to prove every rank holds the same policy), summary
+
+Iterations count from the start of a run, across resumes. ``--resume PATH --max-iterations M``
+continues a checkpoint at iteration N for M more iterations (to N+M). An elastic restart
+(torchrun ``--max_restarts``; ``TORCHELASTIC_RESTART_COUNT`` > 0) resumes from this run's own
+``checkpoints/latest.pt`` when one exists and trains only up to the iteration the job was asked to
+reach, which the checkpoint records (``spec.target_iteration``). Isaac Lab restarts from scratch.
 
 ``@record`` makes an exception's traceback reach torchrun's failure summary instead of being lost.
 This file uses absolute imports only, because skrl's JAX launcher runs it as a script.
@@ -22,6 +30,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -43,10 +52,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--distributed", action="store_true", help="train across all ranks of the job")
+    parser.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="continue a run: its directory (checkpoints/latest.pt) or a checkpoint file; "
+        "--max-iterations more iterations are trained. Only rank 0 reads it.",
+    )
+    parser.add_argument(
+        "--checkpoint-interval",
+        type=int,
+        default=None,
+        metavar="N",
+        help="write an islab checkpoint every N iterations (default 10; 0: only after the last)",
+    )
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="agent-config overrides")
     args = parser.parse_args(argv)
     if args.ml_framework == "jax" and args.lib != "skrl":
         parser.error("--ml-framework jax is only available with --lib skrl")
+    if args.checkpoint_interval is not None and args.checkpoint_interval < 0:
+        parser.error("--checkpoint-interval must be >= 0")
     return args
 
 
@@ -92,6 +118,58 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+@dataclass
+class ResumePoint:
+    """Where training starts: a checkpoint (or none) and the iteration the job must reach."""
+
+    checkpoint: dict[str, Any] | None
+    source: str | None  # the checkpoint file, as rank 0 resolved it
+    target_iteration: int
+    reason: str  # "new", "resume" or "elastic restart <K>"
+
+
+def same_job(checkpoint: dict[str, Any], job_id: str | None) -> bool:
+    """Was ``checkpoint`` written by this torchrun job (not an earlier job resumed in place)?
+    torchrun's run id tells, when it is set (c10d rendezvous, --standalone); "none" tells nothing."""
+    theirs = checkpoint.get("spec", {}).get("job_id")
+    return theirs in (None, "none") or job_id in (None, "none") or theirs == job_id
+
+
+def find_resume_point(
+    args: argparse.Namespace, collective: Any, run_identity: dict[str, Any], environ: dict[str, str]
+) -> ResumePoint:
+    """Collective: every rank calls it; only rank 0 opens files."""
+    from islab.checkpoint import check_compatible, latest_path, load_checkpoint_for_rank
+
+    restart = int(environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    if restart > 0:
+        checkpoint, source = load_checkpoint_for_rank(collective, latest_path(args.run_dir), missing_ok=True)
+        if checkpoint is not None:
+            check_compatible(checkpoint, run_identity, source)
+        if checkpoint is not None and same_job(checkpoint, environ.get("TORCHELASTIC_RUN_ID")):
+            target = int(checkpoint["spec"]["target_iteration"])
+            return ResumePoint(checkpoint, source, target, f"elastic restart {restart}")
+    if args.resume is not None:
+        checkpoint, source = load_checkpoint_for_rank(collective, args.resume)
+        assert checkpoint is not None  # missing_ok=False raised instead
+        check_compatible(checkpoint, run_identity, source)
+        return ResumePoint(checkpoint, source, int(checkpoint["iteration"]) + args.max_iterations, "resume")
+    return ResumePoint(None, None, args.max_iterations, "new")
+
+
+def last_reported_iteration(progress: Path) -> int | None:
+    """The highest iteration in ``progress.jsonl`` (rank 0's run directory), to count lost work."""
+    if not progress.is_file():
+        return None
+    iterations = []
+    for line in progress.read_text(encoding="utf-8").splitlines():
+        try:
+            iterations.append(int(json.loads(line)["iteration"]))
+        except (ValueError, KeyError, TypeError):
+            continue  # a torn last line from a killed rank
+    return max(iterations, default=None)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.ml_framework == "jax":
         # JAX would otherwise pre-allocate ~75% of GPU memory and starve the torch env beside it.
@@ -101,9 +179,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")  # rsl_rl imports GitPython; no git binary is fine
 
     # torch is imported only now: argument errors above stay instant.
+    from islab.checkpoint import DEFAULT_INTERVAL, Checkpointer, collective_for, identity, restore
     from islab.envs import make_env
     from islab.libs import load_adapter
-    from islab.libs.base import state_digest
+    from islab.libs.base import TrainResult, state_digest
     from islab.worker.context import RankContext, configure_process, init_process_group
 
     ctx = RankContext.from_environ(args.device, args.seed)
@@ -124,26 +203,76 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     configure_process(ctx)
     init_process_group(ctx)
     agent_cfg = load_agent_config(args.lib, args.task, args.overrides)
+    # Imported before anything collective: skrl-JAX joins jax.distributed when skrl is imported.
+    adapter_class = load_adapter(args.lib, args.ml_framework)
+    env = make_env(args.task, args.num_envs, ctx.device, seed=ctx.seed)
+    observation_shape = env.single_observation_space["policy"].shape
+    run_identity = identity(args.lib, args.ml_framework, args.task, observation_shape, env.single_action_space.shape)
+    collective = collective_for(ctx)
+    point = find_resume_point(args, collective, run_identity, dict(os.environ))
+    start_iteration = int(point.checkpoint["iteration"]) if point.checkpoint is not None else 0
+
+    spec: dict[str, Any] = {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()}
+    spec.update(
+        world_size=ctx.world_size,
+        start_iteration=start_iteration,
+        target_iteration=point.target_iteration,
+        job_id=os.environ.get("TORCHELASTIC_RUN_ID"),
+    )
+    resumed: dict[str, Any] | None = None
     if ctx.is_main:
-        spec = {key: (str(value) if isinstance(value, Path) else value) for key, value in vars(args).items()}
-        spec["world_size"] = ctx.world_size
         write_yaml(run_dir / "spec.yaml", spec)
         write_yaml(run_dir / "agent.yaml", agent_cfg)
 
-    env = make_env(args.task, args.num_envs, ctx.device, seed=ctx.seed)
-    adapter = load_adapter(args.lib, args.ml_framework)(ctx, env, agent_cfg, run_dir)
+    adapter = adapter_class(ctx, env, agent_cfg, run_dir)
+    if point.checkpoint is not None:
+        digest = restore(adapter, point.checkpoint, ctx.rank)
+        resumed = {
+            "reason": point.reason,
+            "checkpoint": point.source,
+            "iteration": start_iteration,
+            "policy_sha256_saved": point.checkpoint["policy_sha256"],
+            "policy_sha256_loaded": digest,
+        }
+        if ctx.is_main and point.reason.startswith("elastic"):
+            reported = last_reported_iteration(run_dir / "progress.jsonl")
+            resumed["lost_iterations"] = None if reported is None else max(0, reported - start_iteration)
+        lost = resumed.get("lost_iterations")
+        print(
+            f"[islab] rank {ctx.rank} resumed ({point.reason}) from {point.source} at iteration {start_iteration}, "
+            f"training to {point.target_iteration}; policy sha256 {digest[:12]} equals the checkpoint's"
+            + ("" if lost is None else f"; {lost} iteration(s) since that checkpoint were lost and are redone"),
+            flush=True,
+        )
+    interval = DEFAULT_INTERVAL if args.checkpoint_interval is None else args.checkpoint_interval
+    adapter.checkpointer = Checkpointer(collective, run_dir, run_identity, spec, interval=interval)
+
+    remaining = point.target_iteration - adapter.iteration
     started = time.perf_counter()
-    result = adapter.train(args.max_iterations)
+    if remaining > 0:
+        result = adapter.train(remaining)
+    else:  # an elastic restart after the last checkpoint was written: nothing left to train
+        result = TrainResult(iterations=0, env_steps=0, wall_s=0.0, mean_return=None, checkpoint=None)
     print(
-        f"[islab] rank {ctx.rank} finished {result.iterations} iterations, {result.env_steps} env steps "
-        f"in {time.perf_counter() - started:.1f} s, mean return {result.mean_return}",
+        f"[islab] rank {ctx.rank} finished {result.iterations} iterations (now at {adapter.iteration}), "
+        f"{result.env_steps} env steps in {time.perf_counter() - started:.1f} s, mean return {result.mean_return}",
         flush=True,
     )
 
     digest = state_digest(adapter.policy_state())
     write_json(run_dir / "digests" / f"rank_{ctx.rank}.json", {"rank": ctx.rank, "policy_sha256": digest})
-    summary = {**result.to_dict(), "world_size": ctx.world_size, "run_dir": str(run_dir)}
+    summary = {
+        **result.to_dict(),
+        "iteration": adapter.iteration,
+        "start_iteration": start_iteration,
+        "islab_checkpoint": None,
+        "resumed": resumed,
+        "world_size": ctx.world_size,
+        "run_dir": str(run_dir),
+    }
     if ctx.is_main:
+        written = adapter.checkpointer.last_written
+        summary["islab_checkpoint"] = str(written) if written else None
         summary["env_steps_per_s"] = result.env_steps / result.wall_s if result.wall_s > 0 else None
         write_json(run_dir / "summary.json", summary)
     env.close()
@@ -154,9 +283,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from torch.distributed.elastic.multiprocessing.errors import record
 
+    from islab.checkpoint import CheckpointError
+
     try:
         record(run)(args)
-    except AgentConfigError as error:
+    except (AgentConfigError, CheckpointError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     finally:

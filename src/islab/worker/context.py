@@ -22,6 +22,7 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import numpy as np
 import torch
@@ -120,16 +121,47 @@ def configure_process(ctx: RankContext) -> None:
     torch.manual_seed(ctx.seed)
 
 
+def attempt_store(ctx: RankContext, timeout: timedelta, environ: Mapping[str, str] | None = None) -> Any | None:
+    """After an elastic restart, the rendezvous store to join, with keys private to this attempt.
+
+    torchrun's static rendezvous keeps one TCPStore for the whole job and the ``env://`` init adds
+    no per-attempt prefix (torch assumes a new store per retry), so restarted ranks read the gloo
+    addresses of the ranks that died and time out connecting to them (measured: "Gloo
+    connectFullMesh failed ... Connection refused" on every restart). Prefixing the keys with the
+    restart count gives every attempt a clean namespace on either rendezvous backend. Returns
+    None on a first attempt, where ``env://`` works as is."""
+    env = os.environ if environ is None else environ
+    restart = int(env.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    if restart == 0 or "MASTER_ADDR" not in env or "MASTER_PORT" not in env:
+        return None
+    import torch.distributed as dist
+
+    # As torch's own env:// handler: with the agent's store every rank is a client; without it
+    # rank 0 hosts the store.
+    agent_store = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(
+        env["MASTER_ADDR"],
+        int(env["MASTER_PORT"]),
+        world_size=ctx.world_size,
+        is_master=not agent_store and ctx.rank == 0,
+        timeout=timeout,
+        multi_tenant=not agent_store,
+    )
+    return dist.PrefixStore(f"islab/attempt_{restart}", store)
+
+
 def init_process_group(ctx: RankContext, timeout_s: float = 600.0) -> None:
     """Join the torch collective group (torchrun jobs only; skrl-JAX ranks use jax.distributed)."""
     import torch.distributed as dist
 
     if not ctx.distributed or ctx.launcher != "torchrun" or dist.is_initialized():
         return
+    timeout = timedelta(seconds=timeout_s)
     dist.init_process_group(
         backend=ctx.backend,
         rank=ctx.rank,
         world_size=ctx.world_size,
-        timeout=timedelta(seconds=timeout_s),
+        timeout=timeout,
+        store=attempt_store(ctx, timeout),
         device_id=torch.device(ctx.device) if ctx.backend == "nccl" else None,
     )

@@ -1,0 +1,436 @@
+"""islab checkpoints: one file format for every library, written atomically, read by rank 0 only.
+
+Why our own format
+------------------
+Each library writes checkpoints of its own (rsl_rl ``model_<it>.pt``, rl_games ``nn/*.pth``, skrl
+``checkpoints/agent_*``); they stay as they are. None of them holds everything needed to *continue*
+a run exactly: the RNG states of every rank, the iteration counter the way we count it, the run's
+spec, or (for skrl-JAX) the optimizer state. So rank 0 also writes, every ``interval`` iterations
+and after the last one::
+
+    <run_dir>/checkpoints/latest.pt      the newest checkpoint (what --resume RUN_DIR reads)
+    <run_dir>/checkpoints/iter_<N>.pt    history, the newest ``keep`` are kept
+
+each a dict that loads with ``torch.load(path, weights_only=True)`` (tensors, numbers, strings,
+None, lists, tuples and dicts only; nothing is unpickled)::
+
+    {"format": "islab-checkpoint/1",
+     "lib": "rsl_rl", "ml_framework": "torch", "task": "Islab-Cartpole-v0",
+     "observation_shape": [4], "action_shape": [1],
+     "iteration": N,                 # training iterations completed (1-based count)
+     "policy_sha256": "...",         # state_digest(policy_state()) of rank 0 when written
+     "spec": {...},                  # the worker's arguments, world_size, start/target iteration, job_id
+     "rng": {"world_size": W, "ranks": [<rank 0 RNG>, ..., <rank W-1 RNG>]},
+     "library": {...}}               # the adapter's library_state(): model, optimizer, normalizers,
+                                     # the library's own counters and learning-rate state
+
+A rank's RNG state is ``{"torch": uint8 tensor, "cuda": uint8 tensor | None, "numpy": {...},
+"python": {...}, "env": uint8 tensor (the env's torch.Generator), "library": {...}}`` (numpy's and
+Python's states converted to tensors and numbers). Every rank's state is gathered to rank 0 as
+bytes over the job's collective; on resume rank ``r`` restores entry ``r``. A resumed job with a
+different world size restores the entries that exist and keeps fresh seeds for the others.
+
+Atomic writes
+-------------
+Every file goes through ``atomic_torch_save`` (temporary file in the same directory, flush, fsync,
+rename over), and ``latest.pt`` is replaced by a rename too, so a rank killed with SIGKILL while
+writing leaves the previous ``latest.pt`` intact, never a truncated one.
+
+Reading without a shared filesystem
+-----------------------------------
+Only rank 0 opens the file (``load_checkpoint_for_rank``): it reads the bytes and broadcasts them
+over the job's collective (a uint8 tensor over the torch process group; for skrl-JAX ranks, which
+have no torch group, ``jax.experimental.multihost_utils.broadcast_one_to_all``). Every rank then
+``torch.load``s the same bytes with ``weights_only=True``. A failure on rank 0 (missing file,
+unreadable file) is broadcast too, so every rank stops with the same message instead of hanging.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+import torch
+
+from islab.libs.base import atomic_torch_save, state_digest
+
+if TYPE_CHECKING:
+    from islab.libs.base import LibraryAdapter
+    from islab.worker.context import RankContext
+
+FORMAT = "islab-checkpoint/1"
+DIRECTORY = "checkpoints"
+LATEST = "latest.pt"
+DEFAULT_INTERVAL = 10  # iterations between checkpoints; the last iteration is always checkpointed
+DEFAULT_KEEP = 3  # iter_<N>.pt files kept beside latest.pt
+
+
+class CheckpointError(Exception):
+    """A checkpoint cannot be used for this run; the message says why and what to do."""
+
+
+# -- paths ------------------------------------------------------------------------------------
+
+
+def checkpoint_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / DIRECTORY
+
+
+def latest_path(run_dir: Path) -> Path:
+    return checkpoint_dir(run_dir) / LATEST
+
+
+def resolve_resume_path(path: Path) -> Path:
+    """``--resume`` takes a run directory (its ``checkpoints/latest.pt``) or a checkpoint file."""
+    path = Path(path)
+    return latest_path(path) if path.is_dir() else path
+
+
+# -- collectives: moving bytes between ranks ---------------------------------------------------
+
+
+class Collective(Protocol):
+    """The two byte-moving operations checkpoints need; every rank must call them together."""
+
+    rank: int
+    world_size: int
+
+    def broadcast_bytes(self, data: bytes | None) -> bytes:
+        """Rank 0 passes ``data``; every rank returns rank 0's bytes."""
+        ...
+
+    def gather_bytes(self, data: bytes) -> list[bytes] | None:
+        """Every rank passes its bytes; rank 0 returns them in rank order, others ``None``."""
+        ...
+
+
+class SingleProcess:
+    rank, world_size = 0, 1
+
+    def broadcast_bytes(self, data: bytes | None) -> bytes:
+        assert data is not None
+        return data
+
+    def gather_bytes(self, data: bytes) -> list[bytes] | None:
+        return [data]
+
+
+class TorchCollective:
+    """Over the worker's torch process group (gloo on CPU; NCCL needs the tensors on the GPU)."""
+
+    def __init__(self, ctx: RankContext) -> None:
+        self.rank, self.world_size = ctx.rank, ctx.world_size
+        self.device = torch.device(ctx.device if ctx.backend == "nccl" else "cpu")
+
+    def broadcast_bytes(self, data: bytes | None) -> bytes:
+        import torch.distributed as dist
+
+        size = torch.tensor([len(data) if self.rank == 0 else 0], dtype=torch.int64, device=self.device)
+        dist.broadcast(size, src=0)
+        if self.rank == 0:
+            buffer = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(self.device)
+        else:
+            buffer = torch.empty(int(size.item()), dtype=torch.uint8, device=self.device)
+        dist.broadcast(buffer, src=0)
+        return data if self.rank == 0 else buffer.cpu().numpy().tobytes()
+
+    def gather_bytes(self, data: bytes) -> list[bytes] | None:
+        import torch.distributed as dist
+
+        # all_gather rather than gather: NCCL and gloo both have it, and the payload is a few KiB.
+        size = torch.tensor([len(data)], dtype=torch.int64, device=self.device)
+        sizes = [torch.empty_like(size) for _ in range(self.world_size)]
+        dist.all_gather(sizes, size)
+        longest = max(int(s.item()) for s in sizes)
+        padded = torch.zeros(longest, dtype=torch.uint8, device=self.device)
+        padded[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        rows = [torch.empty_like(padded) for _ in range(self.world_size)]
+        dist.all_gather(rows, padded)
+        if self.rank != 0:
+            return None
+        return [row[: int(s.item())].cpu().numpy().tobytes() for row, s in zip(rows, sizes, strict=True)]
+
+
+class JaxCollective:
+    """For skrl-JAX ranks (joined by ``jax.distributed``, no torch process group)."""
+
+    def __init__(self, ctx: RankContext) -> None:
+        self.rank, self.world_size = ctx.rank, ctx.world_size
+
+    def broadcast_bytes(self, data: bytes | None) -> bytes:
+        from jax.experimental import multihost_utils
+
+        # broadcast_one_to_all needs the same shape everywhere: the length first, then the bytes.
+        size = np.array([len(data) if self.rank == 0 else 0], dtype=np.int64)
+        size = int(np.asarray(multihost_utils.broadcast_one_to_all(size))[0])
+        buffer = np.frombuffer(data, dtype=np.uint8) if self.rank == 0 else np.zeros(size, dtype=np.uint8)
+        received = np.asarray(multihost_utils.broadcast_one_to_all(buffer))
+        return data if self.rank == 0 else received.astype(np.uint8).tobytes()
+
+    def gather_bytes(self, data: bytes) -> list[bytes] | None:
+        from jax.experimental import multihost_utils
+
+        sizes = np.asarray(multihost_utils.process_allgather(np.array([len(data)], dtype=np.int64))).reshape(-1)
+        padded = np.zeros(int(sizes.max()), dtype=np.uint8)
+        padded[: len(data)] = np.frombuffer(data, dtype=np.uint8)
+        rows = np.asarray(multihost_utils.process_allgather(padded)).reshape(self.world_size, -1)
+        if self.rank != 0:
+            return None
+        return [rows[r, : int(sizes[r])].astype(np.uint8).tobytes() for r in range(self.world_size)]
+
+
+def collective_for(ctx: RankContext) -> Collective:
+    if not ctx.distributed:
+        return SingleProcess()
+    if ctx.launcher == "skrl-jax":
+        return JaxCollective(ctx)
+    return TorchCollective(ctx)
+
+
+# -- (de)serialization -------------------------------------------------------------------------
+
+
+def to_bytes(obj: Any) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def from_bytes(data: bytes, source: str) -> dict[str, Any]:
+    try:
+        obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises several types for a corrupt or foreign file
+        raise CheckpointError(f"resume: cannot read checkpoint {source}: {error}") from error
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"resume: {source} is not an islab checkpoint (no dict inside)")
+    return obj
+
+
+# -- RNG state -------------------------------------------------------------------------------
+
+
+def capture_rng(env_generator: torch.Generator | None, library: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """This process's RNG states as tensors and numbers (``weights_only``-loadable)."""
+    np_kind, np_keys, np_pos, np_has_gauss, np_cached = np.random.get_state()
+    py_version, py_internal, py_gauss_next = random.getstate()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() and torch.cuda.is_initialized() else None,
+        "numpy": {
+            "kind": str(np_kind),
+            "keys": torch.from_numpy(np.asarray(np_keys, dtype=np.int64)),
+            "pos": int(np_pos),
+            "has_gauss": int(np_has_gauss),
+            "cached_gaussian": float(np_cached),
+        },
+        "python": {
+            "version": int(py_version),
+            "internal": torch.tensor(py_internal, dtype=torch.int64),
+            "gauss_next": py_gauss_next,
+        },
+        "env": env_generator.get_state() if env_generator is not None else None,
+        "library": dict(library or {}),
+    }
+
+
+def restore_rng(state: Mapping[str, Any], env_generator: torch.Generator | None) -> None:
+    """Inverse of ``capture_rng`` (the ``library`` entry is the adapter's to restore)."""
+    torch.set_rng_state(state["torch"])
+    if state.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+    numpy_state = state["numpy"]
+    np.random.set_state(
+        (
+            numpy_state["kind"],
+            numpy_state["keys"].numpy().astype(np.uint32),
+            numpy_state["pos"],
+            numpy_state["has_gauss"],
+            numpy_state["cached_gaussian"],
+        )
+    )
+    python_state = state["python"]
+    random.setstate((python_state["version"], tuple(python_state["internal"].tolist()), python_state["gauss_next"]))
+    if env_generator is not None and state.get("env") is not None:
+        env_generator.set_state(state["env"])
+
+
+def gather_rng(collective: Collective, local: dict[str, Any]) -> dict[str, Any] | None:
+    """Every rank's ``capture_rng`` dict, on rank 0 (collective: all ranks call it)."""
+    rows = collective.gather_bytes(to_bytes(local))
+    if rows is None:
+        return None
+    return {"world_size": collective.world_size, "ranks": [from_bytes(row, "gathered RNG state") for row in rows]}
+
+
+# -- identity: which run a checkpoint belongs to ----------------------------------------------
+
+
+def identity(lib: str, ml_framework: str, task: str, observation_shape: Any, action_shape: Any) -> dict[str, Any]:
+    return {
+        "lib": lib,
+        "ml_framework": ml_framework,
+        "task": task,
+        "observation_shape": [int(n) for n in observation_shape],
+        "action_shape": [int(n) for n in action_shape],
+    }
+
+
+def _describe(ident: Mapping[str, Any]) -> str:
+    lib = ident["lib"] if ident.get("ml_framework", "torch") == "torch" else f"{ident['lib']} ({ident['ml_framework']})"
+    obs = "x".join(str(n) for n in ident["observation_shape"])
+    act = "x".join(str(n) for n in ident["action_shape"])
+    return f"{lib} for {ident['task']} (obs {obs}, act {act})"
+
+
+def _plain(value: Any) -> Any:
+    """Shapes may come back as lists or tuples; compare them as lists."""
+    return list(value) if isinstance(value, (list, tuple)) else value
+
+
+def check_compatible(checkpoint: Mapping[str, Any], run: Mapping[str, Any], source: str) -> None:
+    """Refuse, with a message a user can act on, a checkpoint of another library, task or shape
+    (loading it would end in a tensor-shape traceback deep inside the library)."""
+    if checkpoint.get("format") != FORMAT:
+        raise CheckpointError(
+            f"resume: {source} is not an islab checkpoint (format {checkpoint.get('format')!r}, expected "
+            f"{FORMAT!r}); pass a run directory or a checkpoints/latest.pt or iter_<N>.pt file"
+        )
+    keys = ("lib", "ml_framework", "task", "observation_shape", "action_shape")
+    if any(_plain(checkpoint.get(key)) != _plain(run[key]) for key in keys):
+        raise CheckpointError(
+            f"resume: checkpoint {source} was written by {_describe(checkpoint)}; this run is {_describe(run)}. "
+            "Start a new run or resume with the same --lib/--task."
+        )
+
+
+# -- reading: rank 0 reads, everyone receives -------------------------------------------------
+
+_OK, _NONE, _ERROR = b"C", b"N", b"E"
+
+
+def load_checkpoint_for_rank(
+    collective: Collective, path: Path | None, *, missing_ok: bool = False, read: Callable[[Path], bytes] | None = None
+) -> tuple[dict[str, Any] | None, str]:
+    """Rank 0 resolves ``path`` (run directory -> its latest.pt), reads it and broadcasts the
+    bytes; ranks != 0 never touch ``path``. Returns (checkpoint or None when ``missing_ok`` and
+    there is none, the resolved path as text, for messages). Collective: every rank calls it."""
+    if collective.rank == 0:
+        resolved = resolve_resume_path(Path(path)) if path is not None else None
+        try:
+            if resolved is None or not resolved.is_file():
+                if not missing_ok:
+                    raise CheckpointError(f"resume: there is no checkpoint at {resolved or path}")
+                header = _NONE
+            else:
+                header = _OK + (read or Path.read_bytes)(resolved)
+        except (OSError, CheckpointError) as error:
+            message = str(error) if isinstance(error, CheckpointError) else f"resume: cannot read {resolved}: {error}"
+            header = _ERROR + message.encode()
+        # The resolved name travels with the payload so every rank's message names the same file.
+        payload = str(resolved).encode() + b"\0" + header
+    else:
+        payload = None
+    received = collective.broadcast_bytes(payload)
+    name, _, body = received.partition(b"\0")
+    source = name.decode()
+    kind, data = body[:1], body[1:]
+    if kind == _ERROR:
+        raise CheckpointError(data.decode())
+    if kind == _NONE:
+        return None, source
+    return from_bytes(data, source), source
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+
+class Checkpointer:
+    """Writes islab checkpoints from ``LibraryAdapter.report_iteration`` (every rank calls it after
+    every iteration, so the RNG gather, a collective, is safe there). Rank 0 writes the file."""
+
+    def __init__(
+        self,
+        collective: Collective,
+        run_dir: Path,
+        run_identity: Mapping[str, Any],
+        spec: Mapping[str, Any],
+        *,
+        interval: int = DEFAULT_INTERVAL,
+        keep: int = DEFAULT_KEEP,
+    ) -> None:
+        self.collective = collective
+        self.directory = checkpoint_dir(run_dir)
+        self.identity = dict(run_identity)
+        self.spec = dict(spec)
+        self.interval = interval
+        self.keep = keep
+        self.last_written: Path | None = None
+        self.last_iteration: int | None = None
+
+    def due(self, iteration: int, final_iteration: int) -> bool:
+        return iteration == final_iteration or (self.interval > 0 and iteration % self.interval == 0)
+
+    def on_iteration(self, adapter: LibraryAdapter, iteration: int, final_iteration: int) -> None:
+        if self.due(iteration, final_iteration):
+            self.write(adapter, iteration)
+
+    def write(self, adapter: LibraryAdapter, iteration: int) -> Path | None:
+        """Collective: gathers every rank's RNG; rank 0 writes ``iter_<N>.pt`` and ``latest.pt``."""
+        rng = gather_rng(self.collective, capture_rng(adapter.env.generator, adapter.extra_rng_state()))
+        self.last_iteration = iteration
+        if self.collective.rank != 0:
+            return None
+        checkpoint = {
+            "format": FORMAT,
+            **self.identity,
+            "iteration": iteration,
+            "policy_sha256": state_digest(adapter.policy_state()),
+            "spec": self.spec,
+            "rng": rng,
+            "library": adapter.library_state(),
+        }
+        history = atomic_torch_save(checkpoint, self.directory / f"iter_{iteration}.pt")
+        self._replace_latest(history)
+        self._prune()
+        self.last_written = self.directory / LATEST
+        return self.last_written
+
+    def _replace_latest(self, history: Path) -> None:
+        latest = self.directory / LATEST
+        tmp = self.directory / f".{LATEST}.tmp-{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(history, tmp)  # a second name for the file just written: no second write
+        except OSError:
+            atomic_torch_save(torch.load(history, weights_only=True), latest)  # filesystems without links
+            return
+        os.replace(tmp, latest)
+
+    def _prune(self) -> None:
+        history = sorted(self.directory.glob("iter_*.pt"), key=lambda p: int(p.stem.removeprefix("iter_")))
+        for old in history[: max(0, len(history) - self.keep)]:
+            old.unlink(missing_ok=True)  # latest.pt is another name for the newest: unaffected
+
+
+def restore(adapter: LibraryAdapter, checkpoint: Mapping[str, Any], rank: int) -> str:
+    """Load ``checkpoint`` into a freshly built adapter on this rank: library state, iteration
+    counter, this rank's RNG states. Returns the policy digest after loading, which must equal
+    the one stored (rank 0's policy when written): every rank starts from the saved policy."""
+    adapter.load_library_state(checkpoint["library"])
+    adapter.iteration = int(checkpoint["iteration"])
+    ranks = checkpoint["rng"]["ranks"]
+    if rank < len(ranks):
+        restore_rng(ranks[rank], adapter.env.generator)
+        adapter.load_extra_rng_state(ranks[rank].get("library", {}))
+    digest = state_digest(adapter.policy_state())
+    if digest != checkpoint["policy_sha256"]:
+        raise CheckpointError(
+            f"resume: the policy loaded from the checkpoint (sha256 {digest[:12]}) differs from the one "
+            f"saved ({checkpoint['policy_sha256'][:12]}); the checkpoint or this library version is incompatible"
+        )
+    return digest

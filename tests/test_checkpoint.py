@@ -1,0 +1,215 @@
+"""islab.checkpoint on its own: RNG capture/restore, the compatibility check, rank 0 reading for
+everyone (non-zero ranks never touch the path), atomic latest.pt, history pruning, byte
+collectives over a real two-rank gloo group."""
+
+from __future__ import annotations
+
+import io
+import random
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from islab.checkpoint import (
+    FORMAT,
+    Checkpointer,
+    CheckpointError,
+    SingleProcess,
+    TorchCollective,
+    capture_rng,
+    check_compatible,
+    identity,
+    load_checkpoint_for_rank,
+    resolve_resume_path,
+    restore_rng,
+    to_bytes,
+)
+from islab.worker.context import RankContext
+
+TASK = "Islab-Cartpole-v0"
+RSL = identity("rsl_rl", "torch", TASK, (4,), (1,))
+
+
+class FakeCollective:
+    """Rank ``rank`` of a job whose rank 0 sent ``payload``; records what this rank sent."""
+
+    def __init__(self, rank: int, payload: bytes | None = None) -> None:
+        self.rank, self.world_size = rank, 2
+        self.payload = payload
+        self.sent: list[bytes | None] = []
+
+    def broadcast_bytes(self, data: bytes | None) -> bytes:
+        self.sent.append(data)
+        return data if self.rank == 0 else self.payload
+
+    def gather_bytes(self, data: bytes) -> list[bytes] | None:
+        return [data, data] if self.rank == 0 else None
+
+
+def draws(generator: torch.Generator) -> tuple:
+    return (
+        torch.rand(3).tolist(),
+        np.random.rand(3).tolist(),
+        np.random.randn(),  # leaves a cached gaussian in numpy's state
+        random.random(),
+        torch.rand(3, generator=generator).tolist(),
+    )
+
+
+def test_rng_round_trip_through_weights_only_bytes() -> None:
+    generator = torch.Generator().manual_seed(5)
+    torch.manual_seed(1)
+    np.random.seed(2)
+    random.seed(3)
+    np.random.randn()
+    state = torch.load(io.BytesIO(to_bytes(capture_rng(generator))), weights_only=True)  # as from a file
+    expected = draws(generator)
+    torch.manual_seed(99)
+    np.random.seed(99)
+    random.seed(99)
+    generator.manual_seed(99)
+    assert draws(generator) != expected
+    restore_rng(state, generator)
+    assert draws(generator) == expected
+
+
+def test_compatible_checkpoint_passes_and_others_are_refused_clearly() -> None:
+    checkpoint = {"format": FORMAT, **RSL}
+    check_compatible(checkpoint, identity("rsl_rl", "torch", TASK, [4], [1]), "ck.pt")
+    with pytest.raises(CheckpointError) as error:
+        check_compatible(checkpoint, identity("rl_games", "torch", TASK, (4,), (1,)), "/runs/a/ck.pt")
+    assert str(error.value) == (
+        f"resume: checkpoint /runs/a/ck.pt was written by rsl_rl for {TASK} (obs 4, act 1); this run is "
+        f"rl_games for {TASK} (obs 4, act 1). Start a new run or resume with the same --lib/--task."
+    )
+    with pytest.raises(CheckpointError, match=r"obs 4, act 1\); this run is rsl_rl .*\(obs 6, act 2\)"):
+        check_compatible(checkpoint, identity("rsl_rl", "torch", TASK, (6,), (2,)), "ck.pt")
+    with pytest.raises(CheckpointError, match=r"this run is skrl \(jax\)"):
+        check_compatible(checkpoint, identity("skrl", "jax", TASK, (4,), (1,)), "ck.pt")
+    with pytest.raises(CheckpointError, match="is not an islab checkpoint"):
+        check_compatible({"actor_state_dict": {}}, RSL, "model_3.pt")
+
+
+def test_rank0_reads_a_run_directory_and_ships_the_bytes(tmp_path: Path) -> None:
+    checkpoint = {"format": FORMAT, "iteration": 4, "weights": torch.arange(3.0)}
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "latest.pt").write_bytes(to_bytes(checkpoint))
+    rank0 = FakeCollective(rank=0)
+    loaded, source = load_checkpoint_for_rank(rank0, tmp_path)  # a run directory: its latest.pt
+    assert source == str(tmp_path / "checkpoints" / "latest.pt")
+    assert loaded["iteration"] == 4 and torch.equal(loaded["weights"], torch.arange(3.0))
+
+    # Rank 1 gets exactly what rank 0 sent, and never looks at the path: it does not exist
+    # there, and reading is made to fail loudly if anyone tries.
+    def no_reading(path: Path) -> bytes:
+        raise AssertionError(f"rank 1 read {path}")
+
+    rank1 = FakeCollective(rank=1, payload=rank0.sent[0])
+    loaded1, source1 = load_checkpoint_for_rank(rank1, tmp_path / "not-on-this-node", read=no_reading)
+    assert rank1.sent == [None]  # a non-zero rank contributes nothing to the broadcast
+    assert source1 == source and loaded1["iteration"] == 4
+
+
+def test_rank0_errors_reach_every_rank(tmp_path: Path) -> None:
+    rank0 = FakeCollective(rank=0)
+    with pytest.raises(CheckpointError, match="there is no checkpoint at"):
+        load_checkpoint_for_rank(rank0, tmp_path / "missing.pt")
+    rank1 = FakeCollective(rank=1, payload=rank0.sent[0])
+    with pytest.raises(CheckpointError, match="there is no checkpoint at"):
+        load_checkpoint_for_rank(rank1, None)
+
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="cannot read checkpoint"):
+        load_checkpoint_for_rank(SingleProcess(), garbage)
+
+
+def test_missing_ok_returns_none_on_every_rank(tmp_path: Path) -> None:
+    rank0 = FakeCollective(rank=0)
+    assert load_checkpoint_for_rank(rank0, tmp_path / "checkpoints" / "latest.pt", missing_ok=True)[0] is None
+    rank1 = FakeCollective(rank=1, payload=rank0.sent[0])
+    assert load_checkpoint_for_rank(rank1, None, missing_ok=True)[0] is None
+
+
+def test_resolve_resume_path(tmp_path: Path) -> None:
+    assert resolve_resume_path(tmp_path) == tmp_path / "checkpoints" / "latest.pt"
+    assert resolve_resume_path(tmp_path / "iter_4.pt") == tmp_path / "iter_4.pt"
+
+
+class TinyAdapter:
+    """Just what Checkpointer.write reads from an adapter."""
+
+    def __init__(self) -> None:
+        self.env = type("Env", (), {"generator": torch.Generator().manual_seed(0)})()
+        self.weights = torch.zeros(2)
+
+    def extra_rng_state(self) -> dict:
+        return {}
+
+    def policy_state(self) -> dict:
+        return {"w": self.weights}
+
+    def library_state(self) -> dict:
+        return {"w": self.weights.clone()}
+
+
+def test_checkpointer_interval_history_and_latest(tmp_path: Path) -> None:
+    checkpointer = Checkpointer(SingleProcess(), tmp_path, RSL, {"max_iterations": 7}, interval=2, keep=2)
+    adapter = TinyAdapter()
+    for iteration in range(1, 8):
+        adapter.weights = torch.full((2,), float(iteration))
+        checkpointer.on_iteration(adapter, iteration, final_iteration=7)
+    directory = tmp_path / "checkpoints"
+    assert sorted(p.name for p in directory.iterdir()) == ["iter_6.pt", "iter_7.pt", "latest.pt"]
+    latest = torch.load(directory / "latest.pt", weights_only=True)
+    assert latest["iteration"] == 7 and latest["format"] == FORMAT and latest["lib"] == "rsl_rl"
+    assert torch.equal(latest["library"]["w"], torch.full((2,), 7.0))
+    assert latest["rng"]["world_size"] == 1 and len(latest["rng"]["ranks"]) == 1
+    assert torch.load(directory / "iter_6.pt", weights_only=True)["iteration"] == 6
+
+
+def test_latest_survives_a_writer_killed_mid_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGKILL while torch.save writes: the previous latest.pt must stay whole and loadable."""
+    checkpointer = Checkpointer(SingleProcess(), tmp_path, RSL, {}, interval=1)
+    adapter = TinyAdapter()
+    checkpointer.write(adapter, 1)
+
+    def killed_mid_write(obj, handle, *args, **kwargs):
+        handle.write(b"PK\x03\x04 half a zip")  # what a killed writer leaves behind
+        raise KeyboardInterrupt  # stands in for the process dying here
+
+    with monkeypatch.context() as patch:
+        patch.setattr(torch, "save", killed_mid_write)
+        with pytest.raises(KeyboardInterrupt):
+            checkpointer.write(adapter, 2)
+    assert torch.load(tmp_path / "checkpoints" / "latest.pt", weights_only=True)["iteration"] == 1
+    assert not (tmp_path / "checkpoints" / "iter_2.pt").exists()
+
+
+def _collective_rank(rank: int, port: int, results: dict) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        ctx = RankContext(rank, rank, 2, 2, "cpu", "gloo", 0, "torchrun")
+        collective = TorchCollective(ctx)
+        received = collective.broadcast_bytes(b"checkpoint bytes \x00\xff" * 100 if rank == 0 else None)
+        gathered = collective.gather_bytes(bytes([rank]) * (10 + rank))  # different lengths
+        results[rank] = (received, gathered)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_torch_collective_moves_bytes_between_two_gloo_ranks() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    results = mp.Manager().dict()
+    mp.start_processes(_collective_rank, args=(port, results), nprocs=2, join=True, start_method="fork")
+    expected = b"checkpoint bytes \x00\xff" * 100
+    assert results[0][0] == expected and results[1][0] == expected
+    assert results[0][1] == [b"\x00" * 10, b"\x01" * 11]
+    assert results[1][1] is None

@@ -1,0 +1,252 @@
+"""Resume, for each of the four library paths: train N iterations with islab checkpoints on, load
+the checkpoint into a freshly built adapter of another seed, train M more.
+
+What must hold: the resumed policy is the checkpoint's before any update (digest right after
+loading == digest stored); the library state reads back exactly (optimizer, normalizers,
+counters, learning rate); the iteration counter goes N -> N+M in progress.jsonl, the islab
+checkpoint and the library's own counter. Then the worker itself: a mismatched --resume exits 2
+with a clear message, and two torchrun ranks resume a checkpoint that only rank 0 reads.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from islab.agent_config import load_agent_config
+from islab.checkpoint import Checkpointer, SingleProcess, identity, load_checkpoint_for_rank, restore
+from islab.envs import make_env
+from islab.libs import load_adapter
+from islab.libs.base import LibraryAdapter, state_digest
+from islab.worker.context import RankContext, configure_process
+
+TASK = "Islab-Cartpole-v0"
+N, M = 2, 2
+
+PATHS = [
+    pytest.param("rsl_rl", "torch", id="rsl_rl"),
+    pytest.param("rl_games", "torch", id="rl_games"),
+    pytest.param("skrl", "torch", id="skrl-torch"),
+    pytest.param(
+        "skrl", "jax", id="skrl-jax",
+        marks=pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed"),
+    ),
+]  # fmt: skip
+
+in_process_skrl_ok = int(os.environ.get("WORLD_SIZE", "1")) == 1 and int(os.environ.get("JAX_WORLD_SIZE", "1")) == 1
+
+
+@pytest.fixture
+def one_torch_thread():
+    """One intra-op thread: on this shared 2-core machine two made the same run many times slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def build(lib: str, framework: str, run_dir: Path, seed: int) -> LibraryAdapter:
+    if framework == "jax":
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    ctx = RankContext.from_environ("cpu", seed, environ={})
+    configure_process(ctx)
+    torch.set_num_threads(1)
+    env = make_env(TASK, 64, ctx.device, seed=ctx.seed)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    adapter = load_adapter(lib, framework)(ctx, env, load_agent_config(lib, TASK), run_dir)
+    adapter.checkpointer = Checkpointer(
+        SingleProcess(), run_dir, identity(lib, framework, TASK, (4,), (1,)), {"lib": lib}, interval=1
+    )
+    return adapter
+
+
+def assert_same_tree(left: Any, right: Any, where: str = "library") -> None:
+    """Equal structure, equal tensors bit for bit, equal plain values."""
+    if isinstance(left, dict):
+        assert isinstance(right, dict) and left.keys() == right.keys(), where
+        for key in left:
+            assert_same_tree(left[key], right[key], f"{where}.{key}")
+    elif isinstance(left, (list, tuple)):
+        assert isinstance(right, (list, tuple)) and len(left) == len(right), where
+        for index, (a, b) in enumerate(zip(left, right, strict=True)):
+            assert_same_tree(a, b, f"{where}[{index}]")
+    elif isinstance(left, torch.Tensor):
+        assert torch.equal(left.cpu(), right.cpu()), where
+    else:
+        assert left == right, where
+
+
+def progress_iterations(run_dir: Path) -> list[tuple[int, int]]:
+    lines = (run_dir / "progress.jsonl").read_text().splitlines()
+    return [(record["iteration"], record["max_iterations"]) for record in map(json.loads, lines)]
+
+
+def library_iteration(adapter: LibraryAdapter) -> int:
+    """The library's own counter, in completed iterations."""
+    if adapter.name == "rsl_rl":
+        return adapter.runner.current_learning_iteration + 1  # rsl_rl keeps the last 0-based index
+    if adapter.name == "rl_games":
+        return adapter.agent.epoch_num
+    # skrl: the resume offset plus the updates skrl ran in this process (one per `rollouts` steps)
+    return (adapter.agent.timestep_offset + adapter.agent._rollout) // adapter.steps_per_iteration
+
+
+@pytest.mark.skipif(not in_process_skrl_ok, reason="importing skrl inside a distributed launch joins its group")
+@pytest.mark.parametrize(("lib", "framework"), PATHS)
+def test_resume_continues_from_the_checkpoint(tmp_path: Path, lib: str, framework: str, one_torch_thread) -> None:
+    first = build(lib, framework, tmp_path / "first", seed=1)
+    first.train(N)
+    assert first.iteration == N and library_iteration(first) == N
+    assert progress_iterations(tmp_path / "first") == [(1, N), (2, N)]
+
+    checkpoint, source = load_checkpoint_for_rank(SingleProcess(), tmp_path / "first")  # a run directory
+    assert source == str(tmp_path / "first" / "checkpoints" / "latest.pt")
+    assert checkpoint["iteration"] == N and checkpoint["lib"] == lib and checkpoint["ml_framework"] == framework
+    assert checkpoint["policy_sha256"] == state_digest(first.policy_state())
+
+    second = build(lib, framework, tmp_path / "second", seed=7)
+    assert state_digest(second.policy_state()) != checkpoint["policy_sha256"], "a different seed must differ"
+    digest = restore(second, checkpoint, rank=0)
+    # The resumed policy is the checkpoint's before the first update, and so is everything else.
+    assert digest == checkpoint["policy_sha256"] == state_digest(second.policy_state())
+    assert second.iteration == N
+    assert_same_tree(second.library_state(), checkpoint["library"])
+
+    result = second.train(M)
+    assert result.iterations == M
+    assert second.iteration == N + M and library_iteration(second) == N + M
+    assert progress_iterations(tmp_path / "second") == [(N + 1, N + M), (N + 2, N + M)]
+    latest = torch.load(tmp_path / "second" / "checkpoints" / "latest.pt", weights_only=True)
+    assert latest["iteration"] == N + M
+    assert state_digest(second.policy_state()) != digest, "training went on from the checkpoint"
+
+
+def test_resume_restores_rsl_rl_learning_rate_and_optimizer(tmp_path: Path, one_torch_thread) -> None:
+    """The adaptive learning rate lives outside the optimizer's state dict in rsl_rl."""
+    first = build("rsl_rl", "torch", tmp_path / "first", seed=1)
+    first.train(N)
+    checkpoint, _ = load_checkpoint_for_rank(SingleProcess(), tmp_path / "first")
+    second = build("rsl_rl", "torch", tmp_path / "second", seed=7)
+    restore(second, checkpoint, rank=0)
+    assert second.runner.alg.learning_rate == first.runner.alg.learning_rate != 1.0e-3  # adapted, not the default
+    state = second.runner.alg.optimizer.state_dict()["state"]
+    assert int(state[0]["step"]) == int(first.runner.alg.optimizer.state_dict()["state"][0]["step"]) > 0
+
+
+# -- the worker --------------------------------------------------------------------------------
+
+
+def worker_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ISLAB_", "RANK", "WORLD_SIZE", "TORCHELASTIC"))}
+    env["ISLAB_THREADS_PER_RANK"] = "1"
+    return env
+
+
+def worker(*args: str, torchrun: int = 0) -> subprocess.CompletedProcess:
+    launcher = [sys.executable, "-m", "islab.worker"]
+    if torchrun:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        launcher = [
+            sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(torchrun), "--nnodes", "1",
+            "--master_addr", "127.0.0.1", "--master_port", str(port), "-m", "islab.worker", "--distributed",
+        ]  # fmt: skip
+    common = ["--task", TASK, "--num-envs", "64", "--device", "cpu"]
+    return subprocess.run([*launcher, *common, *args], capture_output=True, text=True, timeout=300, env=worker_env())
+
+
+def test_worker_refuses_a_checkpoint_of_another_library(tmp_path: Path) -> None:
+    adapter = build("rsl_rl", "torch", tmp_path / "rsl", seed=1)
+    adapter.checkpointer.write(adapter, 1)
+    done = worker("--lib", "rl_games", "--max-iterations", "1", "--run-dir", str(tmp_path / "rlg"),
+                  "--resume", str(tmp_path / "rsl"))  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    path = tmp_path / "rsl" / "checkpoints" / "latest.pt"
+    assert (
+        f"error: resume: checkpoint {path} was written by rsl_rl for {TASK} (obs 4, act 1); this run is rl_games "
+        f"for {TASK} (obs 4, act 1). Start a new run or resume with the same --lib/--task."
+    ) in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_worker_resume_of_a_missing_checkpoint_exits_2(tmp_path: Path) -> None:
+    done = worker("--lib", "rsl_rl", "--max-iterations", "1", "--run-dir", str(tmp_path / "run"),
+                  "--resume", str(tmp_path / "nowhere"))  # fmt: skip
+    assert done.returncode == 2
+    assert "error: resume: there is no checkpoint at" in done.stderr
+
+
+@pytest.mark.slow
+def test_two_torchrun_ranks_resume_what_rank0_reads(tmp_path: Path) -> None:
+    """rsl_rl: 3 iterations in one process, then 2 ranks resume for 2 more. Rank 1 gets the
+    checkpoint by broadcast (load_checkpoint_for_rank, unit-tested not to touch the path)."""
+    first = worker("--lib", "rsl_rl", "--max-iterations", "3", "--run-dir", str(tmp_path / "first"),
+                   "--checkpoint-interval", "2")  # fmt: skip
+    assert first.returncode == 0, first.stderr[-3000:]
+    saved = torch.load(tmp_path / "first" / "checkpoints" / "latest.pt", weights_only=True)
+    assert saved["iteration"] == 3  # the last iteration is always checkpointed
+
+    run_dir = tmp_path / "second"
+    done = worker("--lib", "rsl_rl", "--max-iterations", "2", "--run-dir", str(run_dir),
+                  "--resume", str(tmp_path / "first"), torchrun=2)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["start_iteration"], summary["iteration"], summary["iterations"]) == (3, 5, 2)
+    assert summary["resumed"]["policy_sha256_loaded"] == saved["policy_sha256"]
+    for rank in (0, 1):
+        log = (run_dir / "logs" / f"rank_{rank}.log").read_text()
+        assert f"rank {rank} resumed (resume)" in log and "equals the checkpoint's" in log
+    progress = (run_dir / "progress.jsonl").read_text().splitlines()
+    assert [json.loads(line)["iteration"] for line in progress] == [4, 5]
+    digests = {json.loads(p.read_text())["policy_sha256"] for p in run_dir.glob("digests/rank_*.json")}
+    assert len(digests) == 1
+    latest = torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=True)
+    assert latest["iteration"] == 5 and latest["rng"]["world_size"] == 2
+    assert latest["spec"]["target_iteration"] == 5 and latest["spec"]["world_size"] == 2
+    # Each rank's own RNG state was gathered: the env generators of rank 0 and 1 differ (seeds differ).
+    ranks = latest["rng"]["ranks"]
+    assert not torch.equal(ranks[0]["env"], ranks[1]["env"])
+    assert not np.array_equal(ranks[0]["numpy"]["keys"].numpy(), ranks[1]["numpy"]["keys"].numpy())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
+def test_two_skrl_jax_ranks_resume_what_rank0_reads(tmp_path: Path) -> None:
+    """skrl-JAX ranks have no torch process group: the checkpoint bytes and the RNG states travel
+    through jax.experimental.multihost_utils instead."""
+    from islab.worker import ENTRY_SCRIPT
+
+    first = worker("--lib", "skrl", "--ml-framework", "jax", "--max-iterations", "1",
+                   "--run-dir", str(tmp_path / "first"))  # fmt: skip
+    assert first.returncode == 0, first.stderr[-3000:]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    run_dir = tmp_path / "second"
+    command = [
+        sys.executable, "-m", "skrl.utils.distributed.jax", "--nnodes", "1", "--nproc_per_node", "2",
+        "--node_rank", "0", "--coordinator_address", f"127.0.0.1:{port}", str(ENTRY_SCRIPT),
+        "--lib", "skrl", "--ml-framework", "jax", "--task", TASK, "--num-envs", "64", "--device", "cpu",
+        "--max-iterations", "1", "--run-dir", str(run_dir), "--distributed", "--resume", str(tmp_path / "first"),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=400, env=worker_env())
+    # skrl's launcher exits 0 even when a rank fails: the files are the evidence.
+    assert (run_dir / "summary.json").is_file(), done.stdout[-3000:] + done.stderr[-3000:]
+    assert json.loads((run_dir / "summary.json").read_text())["iteration"] == 2
+    for rank in (0, 1):
+        assert f"rank {rank} resumed (resume)" in (run_dir / "logs" / f"rank_{rank}.log").read_text()
+    digests = {json.loads(p.read_text())["policy_sha256"] for p in run_dir.glob("digests/rank_*.json")}
+    assert len(list(run_dir.glob("digests/rank_*.json"))) == 2 and len(digests) == 1
+    latest = torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=True)
+    assert latest["iteration"] == 2 and latest["rng"]["world_size"] == 2
