@@ -345,3 +345,48 @@ def test_shell_completion_offers_the_choices():
     result = subprocess.run([sys.executable, "-m", "islab.cli"], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["rl_games", "rsl_rl", "skrl"]
+
+
+# ----------------------------------------------------------------------------------------------
+# Rendezvous timeout and elastic node counts
+# ----------------------------------------------------------------------------------------------
+
+
+def test_elastic_nnodes_and_rdzv_timeout_reach_torchrun(islab):
+    plan = dry_json(
+        islab, "--device", "cpu", "--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.0.0.1:29400",
+        "--rdzv-timeout", "45", "--max-restarts", "2",
+    )  # fmt: skip
+    argv = plan["nodes"][0]["argv"]
+    assert argv[argv.index("--nnodes") + 1] == "1:2"
+    assert argv[argv.index("--rdzv_conf") + 1] == "join_timeout=45"
+    assert argv[argv.index("--max_restarts") + 1] == "2"
+
+
+def test_elastic_nnodes_and_rdzv_timeout_from_the_environment(islab, monkeypatch):
+    monkeypatch.setenv("ISLAB_NNODES", "1:2")
+    monkeypatch.setenv("ISLAB_RDZV_TIMEOUT", "7")
+    argv = dry_json(islab, "--device", "cpu", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1")["nodes"][0]["argv"]
+    assert argv[argv.index("--nnodes") + 1] == "1:2"
+    assert argv[argv.index("--rdzv_conf") + 1] == "join_timeout=7"
+    code, out, _ = islab("--device", "cpu", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--dry-run")
+    assert code == 0 and "nnodes" in out and "1:2  (source: env, ISLAB_NNODES)" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["--nnodes", "1:2"], ["nnodes (--nnodes)", "needs torchrun's c10d rendezvous", "--rdzv-backend c10d"]),
+        (["--nnodes", "3:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1"], ["MIN is larger than MAX"]),
+        (["--nnodes", "two"], ["neither a whole number nor MIN:MAX"]),
+        (["--rdzv-timeout", "0"], ["rendezvous.timeout_s (--rdzv-timeout)", "at least 1"]),
+    ],
+)
+def test_bad_node_ranges_and_timeouts_are_usage_errors(islab, args, fragments):
+    assert_usage_error(islab("--device", "cpu", *args, "--dry-run"), *fragments)
+
+
+def test_help_shows_the_new_cluster_options(islab):
+    code, out, _ = islab("--help")
+    assert code == 0
+    assert "--rdzv-timeout" in out and "MIN:MAX" in out

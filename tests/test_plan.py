@@ -96,12 +96,12 @@ def test_workstation_two_gpus():
 
 def test_exact_torchrun_argv_shape():
     argv = plan_for(device="cpu", nproc_per_node=2).nodes[0].argv
-    assert list(argv[:16]) == [
+    assert list(argv[:18]) == [
         "/opt/py/bin/python", "-m", "torch.distributed.run", "--nproc_per_node", "2", "--nnodes", "1",
         "--node_rank", "0", "--master_addr", "127.0.0.1", "--master_port", str(FREE_PORT),
-        "--max_restarts", "0", "-m",
+        "--rdzv_conf", "timeout=300", "--max_restarts", "0", "-m",
     ]  # fmt: skip
-    assert argv[16] == "islab.worker"
+    assert argv[18] == "islab.worker"
 
 
 def test_multinode_static_plans_every_node():
@@ -298,3 +298,64 @@ def test_launcher_modules_do_not_import_torch(module):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                             cwd=Path(__file__).parent)  # fmt: skip
     assert result.stdout.strip() == "[]"
+
+
+# ----------------------------------------------------------------------------------------------
+# Rendezvous timeout and elastic membership, read back by torchrun itself
+# ----------------------------------------------------------------------------------------------
+
+
+def torchrun_config(argv: tuple[str, ...]):
+    from torch.distributed.run import config_from_args
+
+    config, _, _ = config_from_args(torchrun_args(argv))
+    return config
+
+
+def test_static_rendezvous_timeout_reaches_torchruns_store_config():
+    plan = plan_for(device="cpu", nnodes=2, node_rank=0, rendezvous__master_addr="10.0.0.1", rendezvous__timeout_s=42)
+    config = torchrun_config(plan.nodes[0].argv)
+    assert config.rdzv_backend == "static"
+    assert int(config.rdzv_configs["timeout"]) == 42  # static_tcp_rendezvous.py: the TCPStore timeout
+    assert (plan.rendezvous_address, plan.rendezvous_timeout_s) == ("10.0.0.1:29500", 42)
+
+
+def test_elastic_c10d_passes_min_max_and_join_timeout_to_torchrun():
+    plan = plan_for(
+        device="cpu", nnodes="1:2", rendezvous__backend="c10d", rendezvous__endpoint="10.0.0.1:29400",
+        rendezvous__timeout_s=17, max_restarts=3,
+    )  # fmt: skip
+    argv = plan.nodes[0].argv
+    args = torchrun_args(argv)
+    assert args.nnodes == "1:2"
+    config = torchrun_config(argv)
+    assert (config.min_nodes, config.max_nodes) == (1, 2)
+    assert int(config.rdzv_configs["join_timeout"]) == 17
+    assert config.max_restarts == 3
+    assert plan.rendezvous_address == "10.0.0.1:29400"
+    assert "1-2 node(s)" in format_text(plan, resolved(
+        device="cpu", nnodes="1:2", rendezvous__backend="c10d", rendezvous__endpoint="10.0.0.1:29400"
+    ))  # fmt: skip
+
+
+def test_jax_plan_carries_the_rendezvous_timeout_for_the_supervisor():
+    plan = plan_for(lib="skrl", ml_framework="jax", device="cpu", rendezvous__timeout_s=11)
+    assert plan.rendezvous_timeout_s == 11
+    assert plan.rendezvous_address == f"127.0.0.1:{FREE_PORT}"
+
+
+def test_c10d_node_facts_host_the_store_and_advertise_the_nodes_address():
+    from islab.plan import with_c10d_node_facts
+
+    plan = plan_for(device="cpu", nnodes=2, rendezvous__backend="c10d", rendezvous__endpoint="10.0.0.1:29400")
+    hosting = with_c10d_node_facts(plan, 0, hosts_store=True, local_addr="10.0.0.1")
+    config = torchrun_config(hosting.node(0).argv)
+    assert config.rdzv_configs["is_host"] in ("1", 1, True)
+    assert int(config.rdzv_configs["join_timeout"]) == 300
+    assert config.local_addr == "10.0.0.1"
+    assert torchrun_args(hosting.node(0).argv).module  # still runs -m islab.worker
+    other = with_c10d_node_facts(plan, 1, hosts_store=False, local_addr="10.0.0.2")
+    config = torchrun_config(other.node(1).argv)
+    assert "is_host" not in config.rdzv_configs and config.local_addr == "10.0.0.2"
+    static = plan_for(device="cpu", nnodes=2, rendezvous__master_addr="10.0.0.1")
+    assert with_c10d_node_facts(static, 0, hosts_store=True, local_addr="10.0.0.1") is static

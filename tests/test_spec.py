@@ -262,3 +262,71 @@ def test_override_of_an_unknown_agent_config_key_names_it_and_the_close_match():
     message = errors_of(cli=cli(overrides=("algorithm.learnig_rate=1e-4",)))
     assert "override 'algorithm.learnig_rate=1e-4'" in message
     assert "Did you mean 'algorithm.learning_rate'?" in message
+
+
+# ----------------------------------------------------------------------------------------------
+# Rendezvous timeout and elastic node counts
+# ----------------------------------------------------------------------------------------------
+
+
+def test_rendezvous_timeout_default_layers_and_minimum(tmp_path):
+    assert resolve_spec().spec.rendezvous.timeout_s == 300
+    path = write(tmp_path, "rendezvous:\n  timeout_s: 60\n")
+    assert resolve_spec(cluster_file=path).spec.rendezvous.timeout_s == 60
+    assert resolve_spec(env=env(rendezvous__timeout_s=30), cluster_file=path).spec.rendezvous.timeout_s == 30
+    both = resolve_spec(cli(rendezvous__timeout_s=9), env(rendezvous__timeout_s=30), path)
+    assert both.spec.rendezvous.timeout_s == 9 and both.sources["rendezvous.timeout_s"] is Source.CLI
+    assert "must be at least 1, got 0" in errors_of(cli=cli(rendezvous__timeout_s=0))
+    # it applies to skrl-JAX too (the supervisor enforces it), unlike the torchrun-only fields
+    jax = resolve_spec(cli(lib="skrl", ml_framework="jax", rendezvous__timeout_s=20)).spec
+    assert jax.rendezvous.timeout_s == 20
+
+
+def test_elastic_nnodes_range_with_c10d():
+    spec = resolve_spec(
+        cli(nnodes="1:3", rendezvous__backend="c10d", rendezvous__endpoint="node0:29400", node_rank=2)
+    ).spec
+    assert (spec.min_nnodes, spec.nnodes, spec.nnodes_text, spec.elastic) == (1, 3, "1:3", True)
+    assert spec.model_dump()["nnodes"] == "1:3" and "min_nnodes" not in spec.model_dump()
+    assert RunSpec.model_validate(spec.model_dump()) == spec  # round trip
+    fixed = resolve_spec(cli(nnodes="2:2", rendezvous__master_addr="10.0.0.1")).spec
+    assert (fixed.nnodes, fixed.min_nnodes, fixed.elastic) == (2, None, False)
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [("2:1", "MIN is larger than MAX"), ("0:2", "MIN and MAX must both be at least 1"), ("1-2", "MIN:MAX")],
+)
+def test_bad_node_ranges(value, words):
+    text = errors_of(cli=cli(nnodes=value, rendezvous__backend="c10d", rendezvous__endpoint="h:1"))
+    assert words in text and "nnodes (--nnodes)" in text
+
+
+def test_node_rank_is_checked_against_max_nodes():
+    rdzv = {"rendezvous__backend": "c10d", "rendezvous__endpoint": "h:1"}
+    assert resolve_spec(cli(nnodes="1:2", node_rank=1, **rdzv)).spec.node_rank == 1
+    assert "outside [0, 2)" in errors_of(cli=cli(nnodes="1:2", node_rank=2, **rdzv))
+
+
+def test_node_range_needs_c10d():
+    static = errors_of(cli=cli(nnodes="1:2", rendezvous__master_addr="10.0.0.1"))
+    assert "needs torchrun's c10d rendezvous" in static and "--rdzv-backend c10d" in static
+    jax = errors_of(cli=cli(nnodes="1:2", lib="skrl", ml_framework="jax", coordinator_address="h:1"))
+    assert "skrl's JAX launcher needs a fixed number of nodes" in jax
+
+
+def test_node_range_in_yaml_must_be_quoted_and_min_nnodes_is_not_a_key(tmp_path):
+    unquoted = write(tmp_path, "nnodes: 1:2\nrendezvous:\n  backend: c10d\n  endpoint: h:1\n")
+    text = errors_of(cluster_file=unquoted)
+    assert "read by YAML as the number 62" in text and 'nnodes: "1:2"' in text
+    quoted = write(tmp_path, 'nnodes: "1:2"\nrendezvous:\n  backend: c10d\n  endpoint: h:1\n', "ok.yaml")
+    assert resolve_spec(cluster_file=quoted).spec.nnodes_text == "1:2"
+    assert "min_nnodes: is not a key of the spec" in errors_of(
+        cluster_file=write(tmp_path, "min_nnodes: 1\n", "min.yaml")
+    )
+
+
+def test_command_line_node_count_replaces_a_range_from_the_file(tmp_path):
+    path = write(tmp_path, 'nnodes: "1:2"\nrendezvous:\n  backend: c10d\n  endpoint: h:1\n')
+    spec = resolve_spec(cli(nnodes=2), cluster_file=path).spec
+    assert (spec.nnodes, spec.elastic) == (2, False)

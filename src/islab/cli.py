@@ -128,6 +128,7 @@ OPTION_FIELDS: dict[str, tuple[str, str]] = {
     "rdzv_backend": ("rendezvous.backend", "--rdzv-backend"),
     "rdzv_endpoint": ("rendezvous.endpoint", "--rdzv-endpoint"),
     "rdzv_id": ("rendezvous.id", "--rdzv-id"),
+    "rdzv_timeout": ("rendezvous.timeout_s", "--rdzv-timeout"),
     "coordinator_address": ("coordinator_address", "--coordinator-address"),
     "max_restarts": ("max_restarts", "--max-restarts"),
     "run_name": ("run_name", "--run-name"),
@@ -240,9 +241,13 @@ def train(
         ),
     ] = None,
     nnodes: Annotated[
-        int | None,
+        str | None,
         typer.Option(
-            help="Number of nodes (machines). Default: 1.", envvar=env_var("nnodes"), rich_help_panel=PANEL_CLUSTER
+            metavar="N|MIN:MAX",
+            help="Number of nodes (machines), or MIN:MAX for elastic membership (c10d rendezvous only: "
+            "training starts once MIN nodes have joined, up to MAX). Default: 1.",
+            envvar=env_var("nnodes"),
+            rich_help_panel=PANEL_CLUSTER,
         ),
     ] = None,
     node_rank: Annotated[
@@ -289,6 +294,16 @@ def train(
         typer.Option(
             help="c10d rendezvous: job id shared by all nodes. Default: islab.",
             envvar=env_var("rdzv_id"),
+            rich_help_panel=PANEL_CLUSTER,
+        ),
+    ] = None,
+    rdzv_timeout: Annotated[
+        int | None,
+        typer.Option(
+            metavar="SECONDS",
+            help="How long node 0 waits for every node to join before failing with a clear message "
+            "(torchrun static and c10d, and skrl-JAX). Default: 300.",
+            envvar=env_var("rdzv_timeout"),
             rich_help_panel=PANEL_CLUSTER,
         ),
     ] = None,
@@ -423,6 +438,8 @@ def _layers(ctx: typer.Context, values: dict[str, Any]) -> tuple[dict[str, Provi
             value = value.value
         if name == "overrides":
             value = tuple(value)
+        if name == "nnodes" and value.strip().lstrip("+-").isdigit():
+            value = int(value)  # "2" -> 2 (and "-1" -> -1, refused as a count); "1:2" stays text
         if _source_of(ctx, name) == "ENVIRONMENT":
             env_layer[dotted] = Provided(value, env_var(name))
         else:
@@ -500,7 +517,12 @@ def _plan_and_go(resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, al
     if issues:
         _fail(SpecError(issues))
     node_rank = spec.node_rank if spec.node_rank is not None else 0
-    _preflight(spec, plan, visible_gpus)
+    hosts_store = _preflight(spec, plan, visible_gpus)
+    if spec.rendezvous.backend == "c10d" and spec.nnodes > 1 and plan.rendezvous_address:
+        from islab.spec import split_host_port
+
+        local_addr = supervise.local_address_towards(*split_host_port(plan.rendezvous_address))
+        plan = planner.with_c10d_node_facts(plan, node_rank, hosts_store=hosts_store, local_addr=local_addr)
 
     record = {
         "spec": spec.to_plain(),
@@ -534,8 +556,9 @@ def _plan_and_go(resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, al
     raise typer.Exit(supervise.run_plan(plan, node_rank, console=console))
 
 
-def _preflight(spec: RunSpec, plan: LaunchPlan, visible_gpus: int) -> None:
-    """The cheap doctor checks before a real launch: errors stop it (exit 2), warnings print."""
+def _preflight(spec: RunSpec, plan: LaunchPlan, visible_gpus: int) -> bool:
+    """The cheap doctor checks before a real launch: errors stop it (exit 2), warnings print.
+    Returns whether this node owns the c10d endpoint's address (it must host the store)."""
     from islab import doctor
 
     facts = doctor.gather_facts(spec, plan, full=False, visible_gpus=visible_gpus)
@@ -545,6 +568,8 @@ def _preflight(spec: RunSpec, plan: LaunchPlan, visible_gpus: int) -> None:
     if errors:
         print(f"islab-train: nothing was started; '{PROG} doctor' with the same options checks more.", file=sys.stderr)
         raise typer.Exit(2)
+    rdzv = facts.rendezvous
+    return bool(rdzv and rdzv.kind == "c10d endpoint" and rdzv.listens)
 
 
 # ----------------------------------------------------------------------------------------------

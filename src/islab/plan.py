@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import PurePath
 from types import MappingProxyType
@@ -34,6 +34,7 @@ from typing import Literal
 from islab.spec import (
     DEFAULT_C10D_ID,
     DEFAULT_MULTINODE_MASTER_PORT,
+    DEFAULT_RDZV_TIMEOUT_S,
     Issue,
     ResolvedSpec,
     RunSpec,
@@ -78,6 +79,11 @@ class LaunchPlan:
     derived: Mapping[str, str] = field(default_factory=dict)
     # The port node 0 must be able to bind before a real launch (static master / JAX coordinator).
     node0_port: int | None = None
+    # Where the nodes meet (host:port) and how long node 0 waits for them: for the supervisor's
+    # "node(s) did not join" message, and to bound the skrl-JAX rendezvous (see supervise.py).
+    rendezvous_address: str | None = None
+    rendezvous_timeout_s: int = DEFAULT_RDZV_TIMEOUT_S
+    nnodes: int = 1
 
     def node(self, node_rank: int) -> NodePlan:
         for node in self.nodes:
@@ -131,19 +137,25 @@ def _torchrun_argv(spec: RunSpec, node_rank: int, derived: Mapping[str, str], ru
     argv = [
         spec.python, "-m", "torch.distributed.run",
         "--nproc_per_node", str(spec.nproc_per_node),
-        "--nnodes", str(spec.nnodes),
+        "--nnodes", spec.nnodes_text,
     ]  # fmt: skip
+    timeout = spec.rendezvous.timeout_s
     if spec.rendezvous.backend == "c10d":
+        # c10d: join_timeout bounds the wait for the rendezvous to complete (torchrun default 600 s).
         argv += [
             "--rdzv_backend", "c10d",
             "--rdzv_endpoint", derived["rendezvous.endpoint"],
             "--rdzv_id", derived["rendezvous.id"],
+            "--rdzv_conf", f"join_timeout={timeout}",
         ]  # fmt: skip
     else:
+        # static: "timeout" is the TCPStore's timeout, i.e. how long node 0's store waits for the
+        # other nodes' agents to connect (static_tcp_rendezvous.py; torchrun default 900 s).
         argv += [
             "--node_rank", str(node_rank),
             "--master_addr", derived["rendezvous.master_addr"],
             "--master_port", derived["rendezvous.master_port"],
+            "--rdzv_conf", f"timeout={timeout}",
         ]  # fmt: skip
     argv += ["--max_restarts", str(spec.max_restarts), "-m", "islab.worker"]
     return argv + worker_args(spec, run_dir)
@@ -241,7 +253,51 @@ def build_plan(spec: RunSpec, *, now: datetime, free_port: int) -> LaunchPlan:
         nodes=tuple(nodes),
         derived=MappingProxyType({**derived, "run_dir": run_dir}),
         node0_port=node0_port,
+        rendezvous_address=_meeting_point(derived),
+        rendezvous_timeout_s=spec.rendezvous.timeout_s,
+        nnodes=spec.nnodes,
     )
+
+
+def _meeting_point(derived: Mapping[str, str]) -> str | None:
+    """host:port where the nodes meet (static master, c10d endpoint or JAX coordinator)."""
+    if "coordinator_address" in derived:
+        return derived["coordinator_address"]
+    if "rendezvous.endpoint" in derived:
+        return derived["rendezvous.endpoint"]
+    if "rendezvous.master_addr" in derived:
+        return join_host_port(derived["rendezvous.master_addr"], int(derived["rendezvous.master_port"]))
+    return None
+
+
+def with_c10d_node_facts(
+    plan: LaunchPlan, node_rank: int, *, hosts_store: bool, local_addr: str | None = None
+) -> LaunchPlan:
+    """``plan`` with what only the launching node knows added to its c10d torchrun command.
+
+    torchrun guesses two things from the machine's host name, and both guesses miss an address on
+    a second network card (a cluster fabric, a network namespace), making nodes wait until they
+    time out:
+
+    * which node hosts the c10d store: the one whose host name or name-resolved addresses match
+      the endpoint -- ``hosts_store`` (this node can bind the endpoint's address) adds
+      ``is_host=1`` to ``--rdzv_conf``;
+    * the address the ranks use to reach the group's rank-0 node (``MASTER_ADDR``), by default
+      ``socket.getfqdn()`` -- ``local_addr`` (this node's address on the route to the endpoint)
+      becomes ``--local_addr``.
+
+    Plans that are not c10d are returned unchanged."""
+    node = plan.node(node_rank)
+    argv = list(node.argv)
+    if "--rdzv_conf" not in argv or "c10d" not in argv:
+        return plan
+    index = argv.index("--rdzv_conf") + 1
+    if hosts_store and "is_host=" not in argv[index]:
+        argv[index] = f"{argv[index]},is_host=1"
+    if local_addr is not None and "--local_addr" not in argv:
+        argv[index + 1 : index + 1] = ["--local_addr", local_addr]
+    nodes = tuple(replace(item, argv=tuple(argv)) if item.node_rank == node_rank else item for item in plan.nodes)
+    return replace(plan, nodes=nodes)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -279,8 +335,9 @@ def format_text(plan: LaunchPlan, resolved: ResolvedSpec) -> str:
     command. Every non-command line is a shell comment, so the whole output can be pasted."""
     spec = resolved.spec
     lines = [
-        f"# islab-train plan: {plan.launcher}, {spec.nnodes} node(s) x {spec.nproc_per_node} "
-        f"process(es) on {spec.device}, world size {spec.nnodes * spec.nproc_per_node}",
+        f"# islab-train plan: {plan.launcher}, {spec.nnodes_text.replace(':', '-')} node(s) x "
+        f"{spec.nproc_per_node} process(es) on {spec.device}, world size "
+        f"{'up to ' if spec.elastic else ''}{spec.nnodes * spec.nproc_per_node}",
         f"# run dir: {plan.run_dir}",
         "# resolved spec (field = value  (source: cli|env|file|default)):",
     ]

@@ -71,6 +71,11 @@ DEFAULT_TASK = "Islab-Cartpole-v0"
 # talking to each other first, so it cannot be probed. It is torchrun's own default.
 DEFAULT_MULTINODE_MASTER_PORT = 29500
 DEFAULT_C10D_ID = "islab"
+# How long node 0 waits for the other nodes to join before failing with a clear message. JAX's own
+# default for jax.distributed.initialize; torchrun would wait 900 s (static) / 600 s (c10d).
+DEFAULT_RDZV_TIMEOUT_S = 300
+# ``nnodes: "MIN:MAX"``: elastic membership (torchrun c10d only).
+NODE_RANGE_PATTERN = re.compile(r"(\d+):(\d+)")
 
 # Used with fullmatch: "$" alone would accept a trailing newline.
 RUN_NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
@@ -207,6 +212,9 @@ class Rendezvous(_Frozen):
     master_port: Port | None = None
     endpoint: StrictStr | None = None
     id: StrictStr | None = None
+    # Seconds node 0 waits for every node to arrive (torchrun: rdzv_conf timeout / join_timeout;
+    # skrl-JAX: enforced by the supervisor). Applies to every launcher.
+    timeout_s: Count = DEFAULT_RDZV_TIMEOUT_S
 
     @field_validator("master_addr")
     @classmethod
@@ -254,7 +262,11 @@ class RunSpec(_Frozen):
     num_envs: Count = TASKS[DEFAULT_TASK].default_num_envs
     seed: NonNegative = 42
     max_iterations: Count = 150
+    # The number of nodes; with ``nnodes: "MIN:MAX"`` (c10d only) this is MAX and ``min_nnodes`` is
+    # MIN. ``min_nnodes`` is not an input key: it only comes from the range, and the spec prints
+    # and serializes ``nnodes`` back as ``"MIN:MAX"``.
     nnodes: Count = 1
+    min_nnodes: Count | None = Field(default=None, exclude=True)
     nproc_per_node: Count = 1
     node_rank: NonNegative | None = None
     device: Device = "cuda"
@@ -268,6 +280,49 @@ class RunSpec(_Frozen):
     overrides: tuple[StrictStr, ...] = ()
 
     # -- single fields --------------------------------------------------------------------------
+
+    @model_validator(mode="before")
+    @classmethod
+    def _node_range(cls, data: Any) -> Any:
+        """``nnodes: "MIN:MAX"`` -> ``nnodes = MAX``, ``min_nnodes = MIN`` (``"N:N"`` is just N)."""
+        if not isinstance(data, Mapping):
+            return data
+        if "min_nnodes" in data:
+            raise _rule(
+                "min_nnodes",
+                "is not a key of the spec",
+                'Write an elastic node count as nnodes: "MIN:MAX" (quoted in YAML), or --nnodes MIN:MAX',
+            )
+        value = data.get("nnodes")
+        if not isinstance(value, str):
+            return data
+        low_high = parse_node_range(value)
+        if low_high is None:
+            raise _rule(
+                "nnodes",
+                f"{value!r} is neither a whole number nor MIN:MAX",
+                "Give the number of nodes, e.g. 2, or MIN:MAX such as 1:2 for elastic membership (c10d)",
+            )
+        low, high = low_high
+        if low < 1 or high < 1:
+            raise _rule("nnodes", f"{value!r}: MIN and MAX must both be at least 1", "Use e.g. 1:2")
+        if low > high:
+            raise _rule("nnodes", f"{value!r}: MIN is larger than MAX", f"Write it as {high}:{low}")
+        return {**data, "nnodes": high, "min_nnodes": low if low < high else None}
+
+    @field_serializer("nnodes")
+    def _nnodes_as_given(self, value: int) -> int | str:
+        return value if self.min_nnodes is None else f"{self.min_nnodes}:{value}"
+
+    @property
+    def elastic(self) -> bool:
+        """Elastic membership: between ``min_nnodes`` and ``nnodes`` nodes may take part."""
+        return self.min_nnodes is not None
+
+    @property
+    def nnodes_text(self) -> str:
+        """``nnodes`` as torchrun's ``--nnodes`` takes it: ``"2"`` or ``"1:2"``."""
+        return str(self.nnodes) if self.min_nnodes is None else f"{self.min_nnodes}:{self.nnodes}"
 
     @field_validator("task")
     @classmethod
@@ -380,6 +435,15 @@ class RunSpec(_Frozen):
                 f"{self.node_rank} is outside [0, {self.nnodes}) for nnodes={self.nnodes}",
                 f"Pass --node-rank between 0 and {self.nnodes - 1} on each node",
             )
+        if self.elastic and (self.ml_framework == "jax" or rdzv.backend != "c10d"):
+            launcher = "skrl's JAX launcher" if self.ml_framework == "jax" else "the static rendezvous"
+            raise _rule(
+                "nnodes",
+                f"{self.nnodes_text} (elastic membership) needs torchrun's c10d rendezvous, but "
+                f"{launcher} needs a fixed number of nodes",
+                f"Give a fixed count such as --nnodes {self.nnodes}"
+                + ("" if self.ml_framework == "jax" else ", or add --rdzv-backend c10d --rdzv-endpoint host:port"),
+            )
         if self.ml_framework == "jax":
             self._check_jax(rdzv)
         else:
@@ -472,8 +536,20 @@ class RunSpec(_Frozen):
         return data
 
 
+def parse_node_range(text: str) -> tuple[int, int] | None:
+    """``"1:2"`` -> (1, 2); ``"2"`` -> (2, 2); anything else -> None."""
+    text = text.strip()
+    if text.isdigit():
+        return int(text), int(text)
+    match = NODE_RANGE_PATTERN.fullmatch(text)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+# Input keys of the spec (``min_nnodes`` is derived from ``nnodes: "MIN:MAX"``, never given).
+INPUT_FIELDS: tuple[str, ...] = tuple(name for name in RunSpec.model_fields if name != "min_nnodes")
+
 FIELDS: tuple[str, ...] = (
-    *(name for name in RunSpec.model_fields if name != "rendezvous"),
+    *(name for name in INPUT_FIELDS if name != "rendezvous"),
     *(f"rendezvous.{name}" for name in Rendezvous.model_fields),
 )
 
@@ -545,6 +621,15 @@ def load_cluster_file(path: Path) -> dict[str, Provided]:
                 label,
                 f"the file is {kind}",
                 "A cluster file is a mapping of keys such as lib: rsl_rl, nnodes: 2",
+            )
+        )
+    if isinstance(data.get("nnodes"), int) and re.search(r"^nnodes\s*:\s*\d+\s*:\s*\d+", text, re.MULTILINE):
+        # YAML 1.1 reads an unquoted 1:2 as the base-60 number 62.
+        raise SpecError(
+            Issue(
+                f"{path.name}: nnodes",
+                f"the unquoted node range was read by YAML as the number {data['nnodes']}",
+                'Quote it: nnodes: "1:2"',
             )
         )
     layer: dict[str, Provided] = {}
@@ -637,6 +722,7 @@ _FIELD_FIX = {
     "seed": "Give a whole number ≥ 0, e.g. 42",
     "max_restarts": "Give a whole number ≥ 0, e.g. 0",
     "rendezvous.master_port": "Choose a port between 1 and 65535, e.g. 29500",
+    "rendezvous.timeout_s": "Give the seconds node 0 waits for the other nodes, e.g. 300",
 }
 
 
@@ -663,7 +749,7 @@ def _issue_from_pydantic(err: Mapping[str, Any], origins: Mapping[str, str]) -> 
     fix = _FIELD_FIX.get(dotted, "See docs/CLI.md for the field's format")
 
     if kind == "extra_forbidden":
-        parent_fields = list(Rendezvous.model_fields) if loc[0] == "rendezvous" else [*RunSpec.model_fields]
+        parent_fields = list(Rendezvous.model_fields) if loc[0] == "rendezvous" else [*INPUT_FIELDS]
         unknown = loc[-1]
         hint = suggest(unknown, parent_fields)
         where = "rendezvous" if loc[0] == "rendezvous" else "the spec"

@@ -6,16 +6,25 @@ processes (islab-train -> torchrun -> N ranks, or islab-train -> N JAX ranks):
 * **One process group per child.** Children start in a new session (``start_new_session=True``),
   so a signal can reach the whole tree with ``os.killpg`` -- including ranks a launcher started --
   and nothing is left behind. Never ``shell=True``: argv goes to ``exec`` as-is.
-* **Signals are forwarded.** SIGINT/SIGTERM sent to islab-train go to every group; whatever is
-  still alive after a grace period (10 s) gets SIGKILL. islab-train then exits 128 + signal
-  (130 for Ctrl-C, 143 for SIGTERM), the shell convention.
+* **Signals are forwarded.** SIGINT/SIGTERM sent to islab-train go to every group, and SIGTERM
+  to every rank; whatever is still alive after a grace period (5 s) gets SIGKILL, so 10 s after
+  the signal nothing of the job is left. torchrun starts each rank in a session of its own, out of
+  reach of ``killpg(torchrun)``, so the process tree below our children is read from ``/proc``
+  while the job runs (:func:`process_tree`) and those processes are signalled too. islab-train
+  then exits 128 + signal (130 for Ctrl-C, 143 for SIGTERM), the shell convention.
 * **Exit codes tell the truth.** The launcher's exit code is passed through (death by signal N
   becomes 128 + N). skrl's JAX launcher exits 0 even when a rank fails and hangs when a peer dies,
   so for skrl-JAX the ranks are started here directly, with the same ``JAX_*`` variables, polled,
   and the first failure stops the others and fails the run with a message naming the rank.
 * **Failures are named.** After torchrun fails, its failure summary (``rank : 1 (local_rank: 1)``)
-  or a Traceback in ``<run_dir>/logs/rank_<R>.log`` names the rank to look at, followed by the
-  last lines of that rank's log.
+  or a Traceback in ``<run_dir>/logs/rank_<R>.log`` names the rank to look at; the last lines of
+  that rank's log are printed, then one ``error:`` line with the node, the rank, the last line of
+  its traceback (or the signal that killed it) and the log file.
+* **Rendezvous failures are named too.** Nodes that do not all arrive within
+  ``rendezvous.timeout_s`` end the run with one message naming the timeout and the address
+  (:func:`rendezvous_message`): torchrun says so in its own output; for skrl-JAX, whose
+  ``jax.distributed.initialize`` is called by skrl without a timeout, :class:`JaxRendezvousWatch`
+  enforces it.
 * **The console is ours.** torchrun runs with ``--tee 3`` so every line of a rank arrives
   prefixed ``[default<local_rank>]:`` and can be attributed; by default only rank 0's stderr
   passes (``--all-ranks``: everything, prefixed ``[rank R]``), the ranks' full output being in
@@ -30,6 +39,7 @@ importing torch. No torch import in this module.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import shutil
@@ -48,7 +58,9 @@ from typing import IO, Any
 from islab.display import ConsolePolicy, RunView, Stream, finish, rank_prefix, resume_command, route_line
 from islab.plan import LaunchPlan, NodePlan, RankLaunch
 
-DEFAULT_GRACE_S = 10.0
+# SIGKILL what is left this long after a forwarded SIGINT/SIGTERM, so that nothing of the job
+# is alive 10 s after the signal even when a process ignores SIGTERM.
+DEFAULT_GRACE_S = 5.0
 POLL_INTERVAL_S = 0.05
 TICK_INTERVAL_S = 0.25  # how often the progress display re-reads progress.jsonl
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -78,6 +90,19 @@ def port_is_free(port: int, host: str = "") -> bool:
         except OSError:
             return False
     return True
+
+
+def local_address_towards(host: str, port: int) -> str | None:
+    """This machine's address on the route to ``host`` -- what the other nodes can reach it at.
+    A UDP "connect" sends nothing; it only asks the kernel to pick the route and source address."""
+    try:
+        infos = socket.getaddrinfo(host, port, proto=socket.IPPROTO_UDP)
+        family, _, _, _, address = infos[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as sock:
+            sock.connect(address)
+            return str(sock.getsockname()[0])
+    except (OSError, IndexError):
+        return None
 
 
 def visible_gpu_count(
@@ -120,13 +145,60 @@ def exit_code_of(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def process_tree(roots: Iterable[int], proc: Path = Path("/proc")) -> dict[int, int]:
+    """Every descendant of ``roots`` (not the roots themselves) as ``{pid: start time}``, read from
+    ``/proc/<pid>/stat``. The start time tells a live process from a later one that reused its pid.
+    Empty where there is no ``/proc`` (supervision is Linux-only anyway)."""
+    children: dict[int, list[int]] = {}
+    started: dict[int, int] = {}
+    try:
+        entries = [entry for entry in os.listdir(proc) if entry.isdigit()]
+    except OSError:
+        return {}
+    for entry in entries:
+        stat = _read_stat(int(entry), proc)
+        if stat is not None:
+            ppid, start = stat
+            children.setdefault(ppid, []).append(int(entry))
+            started[int(entry)] = start
+    found: dict[int, int] = {}
+    todo = list(roots)
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found[child] = started[child]
+                todo.append(child)
+    return found
+
+
+def _read_stat(pid: int, proc: Path = Path("/proc")) -> tuple[int, int] | None:
+    """(parent pid, start time in clock ticks) of a live, non-zombie process, else None."""
+    try:
+        text = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # "pid (comm) state ppid ...": comm may contain spaces and parentheses, so split after the last ")".
+    fields = text[text.rfind(")") + 2 :].split()
+    if len(fields) < 20 or fields[0] in {"Z", "X"}:
+        return None
+    return int(fields[1]), int(fields[19])
+
+
 class _ProcessGroups:
-    """The children we started, each leading its own process group, and the signals we got."""
+    """The children we started, each leading its own process group, and the signals we got.
+
+    torchrun starts every rank in a session of its own, so ``killpg`` of torchrun's group does not
+    reach the ranks. Every process below our children is therefore remembered while the job runs
+    (:meth:`track`, called from the poll loops and right before any signal is sent), and stopping
+    the job signals those too: nothing of the job outlives islab-train's exit, even when torchrun
+    itself has to be SIGKILLed.
+    """
 
     def __init__(self, grace_s: float):
         self.grace_s = grace_s
         self.processes: list[subprocess.Popen[bytes]] = []
         self.received: int | None = None
+        self.tracked: dict[int, int] = {}  # pid -> start time, every descendant seen so far
         self._previous: dict[int, Any] = {}
 
     def start(self, argv: Iterable[str], env: Mapping[str, str], **popen: Any) -> subprocess.Popen[bytes]:
@@ -134,16 +206,38 @@ class _ProcessGroups:
         self.processes.append(process)
         return process
 
-    def signal_all(self, signum: int) -> None:
+    def track(self) -> None:
+        """Remember the descendants of our children that are alive now."""
+        live = [process.pid for process in self.processes if process.returncode is None]
+        if live:
+            self.tracked.update(process_tree(live))
+
+    def signal_all(self, signum: int, descendants: int | None = None) -> None:
+        """``signum`` to every child's group; ``descendants`` (default: the same signal) to every
+        remembered descendant still alive -- to its group where it leads one (a torchrun rank)."""
+        self.track()
         for process in self.processes:
             # The group outlives its leader when grandchildren (ranks) are still running.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signum)
+        for pid, start in list(self.tracked.items()):
+            stat = _read_stat(pid)
+            if stat is None or stat[1] != start:
+                del self.tracked[pid]  # gone (or its pid now belongs to someone else)
+                continue
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if os.getpgid(pid) == pid:
+                    os.killpg(pid, signum if descendants is None else descendants)
+                else:
+                    os.kill(pid, signum if descendants is None else descendants)
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         if self.received is None:
             self.received = signum
-        self.signal_all(signum)
+        # The launcher gets the signal itself (torchrun shuts its workers down); the ranks get
+        # SIGTERM, whose default action ends them even inside a C++ collective, where a Python
+        # KeyboardInterrupt would wait for the call to return.
+        self.signal_all(signum, descendants=signal.SIGTERM)
 
     def __enter__(self) -> _ProcessGroups:
         if threading.current_thread() is threading.main_thread():
@@ -154,7 +248,7 @@ class _ProcessGroups:
     def __exit__(self, *exc: object) -> None:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
-        # Nothing we started may outlive us: kill what is left of every group.
+        # Nothing we started may outlive us: kill what is left of every group and every rank.
         self.signal_all(signal.SIGKILL)
         for process in self.processes:
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -222,6 +316,7 @@ def _pump(
     policy: ConsolePolicy,
     rank: int | None,
     first_rank: int | None,
+    on_line: Callable[[str], None] | None = None,
 ) -> None:
     """Copy a child's output line by line to the console, as the policy allows, keeping the last
     lines for messages. ``rank``: the child is that rank; ``first_rank``: the child is torchrun
@@ -229,6 +324,8 @@ def _pump(
     for raw in iter(pipe.readline, b""):
         line = raw.decode("utf-8", errors="replace")
         tail.append(line.rstrip("\n"))
+        if on_line is not None:
+            on_line(line)
         line_rank, text = (rank, line) if first_rank is None else route_line(line, first_rank)
         if policy.shows(line_rank, stream):
             view.emit(rank_prefix(line_rank) + text, sink)
@@ -275,9 +372,9 @@ def run_plan(
     )  # fmt: skip
     try:
         if node.ranks:
-            status = _run_ranks(node, plan.run_dir, grace_s, out, err, view, options)
+            status = _run_ranks(plan, node, grace_s, out, err, view, options)
         else:
-            status = _run_launcher(node, plan.run_dir, grace_s, out, err, view, options)
+            status = _run_launcher(plan, node, grace_s, out, err, view, options)
     finally:
         view.close()
     if status == 0 and options.progress:
@@ -286,60 +383,57 @@ def run_plan(
     return status
 
 
-def _run_launcher(
-    node: NodePlan, run_dir: str, grace_s: float, out: IO[str], err: IO[str], view: RunView, options: ConsoleOptions
-) -> int:
-    """torchrun (or any single launcher command): stream it, forward signals, pass its status on."""
-    tail: deque[str] = deque(maxlen=400)
-    signalled_at: list[float] = []
-    policy = ConsolePolicy(all_ranks=options.all_ranks)
-    first_rank = node.node_rank * _nproc_of(node.argv)
-    with _ProcessGroups(grace_s) as groups:
-        process = groups.start(with_tee(node.argv), node.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        pumps = [
-            _start_pump(process.stdout, out, "out", tail, view, policy, None, first_rank),
-            _start_pump(process.stderr, err, "err", tail, view, policy, None, first_rank),
-        ]
-        last_tick = 0.0
-        while process.poll() is None:
-            groups.escalate_if_signalled(signalled_at)
-            if time.monotonic() - last_tick >= TICK_INTERVAL_S:
-                view.tick()
-                last_tick = time.monotonic()
-            time.sleep(POLL_INTERVAL_S)
-        for pump in pumps:
-            pump.join(timeout=5)
-    view.close()
-    if groups.received is not None:
-        err.write(f"islab-train: stopped by signal {groups.received}; run directory: {run_dir}\n")
-        return 128 + groups.received
-    status = exit_code_of(process.returncode)
-    if status != 0:
-        ranks = failed_ranks_from_output(list(tail)) or failed_ranks_from_logs(run_dir)
-        err.write(_torchrun_failure_message(status, ranks, run_dir, node.node_rank) + "\n")
-        if ranks and not options.all_ranks:
-            last_lines = log_tail(run_dir, ranks[0])
-            if last_lines:
-                err.write(f"  last lines of {Path(run_dir, 'logs', f'rank_{ranks[0]}.log')}:\n")
-                err.write("".join(f"    {line}\n" for line in last_lines))
-    return status
+# ----------------------------------------------------------------------------------------------
+# Reading failures (pure)
+# ----------------------------------------------------------------------------------------------
+
+# Lines of torchrun's *own* output (not a rank's) that mean the nodes never all arrived:
+# c10d: "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError";
+# static, node 0: "DistStoreError: Timed out after 6 seconds waiting for clients. 1/2 clients joined."
+_RENDEZVOUS_TIMEOUT = re.compile(r"RendezvousTimeoutError|waiting for clients|Dist(Store|Network)Error:.*[Tt]imed out")
 
 
-def _nproc_of(argv: Sequence[str]) -> int:
-    """``--nproc_per_node N`` of a torchrun argv (1 when absent or not a number)."""
-    argv = list(argv)
-    with contextlib.suppress(ValueError, IndexError):
-        return int(argv[argv.index("--nproc_per_node") + 1])
-    return 1
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
 
 
-def failed_ranks_from_output(lines: Iterable[str]) -> list[int]:
-    """Global ranks named in torchrun's failure summary: the root cause first, then other ranks
-    that failed on their own. Ranks torchrun itself stopped (exit code < 0, e.g. SIGTERM after a
-    peer failed) are collateral and only reported when nothing else is."""
-    root: list[int] = []
-    own: list[int] = []
-    stopped: list[int] = []
+def rendezvous_timed_out(lines: Iterable[str]) -> bool:
+    """Did torchrun's agent give up waiting for the other nodes? Only torchrun's own lines count:
+    a rank's line (prefixed ``[default<L>]:`` by ``--tee``) is a training failure, not a rendezvous."""
+    return any(_RENDEZVOUS_TIMEOUT.search(line) for line in lines if route_line(line, 0)[0] is None)
+
+
+def rendezvous_message(plan: LaunchPlan) -> str:
+    """The one-line error for nodes that did not arrive in time."""
+    where = plan.rendezvous_address or "the rendezvous address"
+    return (
+        f"error: rendezvous: node(s) did not join within {plan.rendezvous_timeout_s} s at {where}; "
+        f"check that every node runs islab-train with the same spec and can reach {where} (islab-train doctor)"
+    )
+
+
+def last_exception_line(lines: Sequence[str]) -> str | None:
+    """The last line of the last Python traceback in ``lines`` (``RuntimeError: boom``), or None.
+
+    That is the first line after ``Traceback (most recent call last):`` that is not indented
+    (frames and source lines are); ``[default<L>]:`` prefixes from ``torchrun --tee`` and the
+    ``[rank<R>]:`` prefixes torch puts on a failed collective's traceback are removed."""
+    text = [_RANK_PREFIX.sub("", route_line(line, 0)[1].rstrip("\n"), count=1) for line in lines]
+    starts = [index for index, line in enumerate(text) if line.startswith("Traceback (most recent call last)")]
+    if not starts:
+        return None
+    for line in text[starts[-1] + 1 :]:
+        if line.strip() and not line[0].isspace():
+            return line.strip()
+    return None
+
+
+def torchrun_failures(lines: Iterable[str]) -> list[tuple[int, int]]:
+    """(global rank, exit code) from torchrun's failure summary: the root cause first, then other
+    ranks that failed on their own. Ranks torchrun itself stopped (exit code < 0, e.g. SIGTERM after
+    a peer failed) are collateral and only reported when nothing else is."""
+    root: list[tuple[int, int]] = []
+    own: list[tuple[int, int]] = []
+    stopped: list[tuple[int, int]] = []
     in_root_cause = False
     pending: int | None = None
     for line in lines:
@@ -351,11 +445,19 @@ def failed_ranks_from_output(lines: Iterable[str]) -> list[int]:
             continue
         exit_match = _TORCHRUN_EXITCODE.match(line)
         if exit_match and pending is not None:
-            target = root if in_root_cause else (stopped if int(exit_match.group(1)) < 0 else own)
-            target.append(pending)
+            code = int(exit_match.group(1))
+            target = root if in_root_cause else (stopped if code < 0 else own)
+            target.append((pending, code))
             pending = None
-    ordered = root + own or stopped
-    return list(dict.fromkeys(ordered))
+    seen: dict[int, int] = {}
+    for rank, code in root + own or stopped:
+        seen.setdefault(rank, code)
+    return list(seen.items())
+
+
+def failed_ranks_from_output(lines: Iterable[str]) -> list[int]:
+    """Global ranks named in torchrun's failure summary (see :func:`torchrun_failures`)."""
+    return [rank for rank, _ in torchrun_failures(lines)]
 
 
 def failed_ranks_from_logs(run_dir: str) -> list[int]:
@@ -371,11 +473,33 @@ def failed_ranks_from_logs(run_dir: str) -> list[int]:
     return sorted(ranks)
 
 
-def _torchrun_failure_message(status: int, ranks: list[int], run_dir: str, node_rank: int) -> str:
-    if ranks:
+def describe_end(exit_code: int | None, exception: str | None) -> str:
+    """How a rank ended, for the error line: its exception, or the signal that killed it."""
+    if exception:
+        return f" with {exception}"
+    if exit_code is not None and exit_code < 0:
+        return f", killed by {_signal_name(-exit_code)}"
+    if exit_code is not None and exit_code > 128:
+        return f" (exit code {exit_code}, signal {_signal_name(exit_code - 128)}?)"
+    return ""
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _torchrun_failure_message(
+    status: int, failures: Sequence[tuple[int, int | None]], run_dir: str, node_rank: int, exception: str | None
+) -> str:
+    if failures:
+        ranks = [rank for rank, _ in failures]
         logs = ", ".join(str(Path(run_dir, "logs", f"rank_{rank}.log")) for rank in ranks)
         named = ", ".join(str(rank) for rank in ranks)
-        what = f"rank {named} failed" if len(ranks) == 1 else f"ranks {named} failed"
+        how = describe_end(failures[0][1], exception)
+        what = f"rank {named} failed{how}" if len(ranks) == 1 else f"ranks {named} failed (rank {ranks[0]}{how})"
         return (
             f"error: training failed on node {node_rank} (torchrun exit code {status}): {what}; "
             f"see {logs}. Run directory: {run_dir}"
@@ -386,13 +510,136 @@ def _torchrun_failure_message(status: int, ranks: list[int], run_dir: str, node_
     )
 
 
+# ----------------------------------------------------------------------------------------------
+# torchrun
+# ----------------------------------------------------------------------------------------------
+
+
+def _run_launcher(
+    plan: LaunchPlan,
+    node: NodePlan,
+    grace_s: float,
+    out: IO[str],
+    err: IO[str],
+    view: RunView,
+    options: ConsoleOptions,
+) -> int:
+    """torchrun (or any single launcher command): stream it, forward signals, pass its status on."""
+    run_dir = plan.run_dir
+    tail: deque[str] = deque(maxlen=400)
+    signalled_at: list[float] = []
+    policy = ConsolePolicy(all_ranks=options.all_ranks)
+    first_rank = node.node_rank * _nproc_of(node.argv)
+    with _ProcessGroups(grace_s) as groups:
+        process = groups.start(with_tee(node.argv), node.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        pumps = [
+            _start_pump(process.stdout, out, "out", tail, view, policy, None, first_rank),
+            _start_pump(process.stderr, err, "err", tail, view, policy, None, first_rank),
+        ]
+        last_tick = 0.0
+        while process.poll() is None:
+            groups.escalate_if_signalled(signalled_at)
+            if time.monotonic() - last_tick >= TICK_INTERVAL_S:
+                view.tick()
+                groups.track()
+                last_tick = time.monotonic()
+            time.sleep(POLL_INTERVAL_S)
+        for pump in pumps:
+            pump.join(timeout=5)
+    view.close()
+    if groups.received is not None:
+        err.write(f"islab-train: stopped by signal {groups.received}; run directory: {run_dir}\n")
+        return 128 + groups.received
+    status = exit_code_of(process.returncode)
+    if status == 0:
+        return 0
+    lines = list(tail)
+    if rendezvous_timed_out(lines):
+        err.write(rendezvous_message(plan) + "\n")
+        return status
+    failures: list[tuple[int, int | None]] = list(torchrun_failures(lines))
+    if not failures:
+        failures = [(rank, None) for rank in failed_ranks_from_logs(run_dir)]
+    exception = None
+    if failures:
+        log_lines = log_tail(run_dir, failures[0][0], lines=200)
+        exception = last_exception_line(log_lines)
+        if not options.all_ranks and log_lines:
+            # The log's last lines first, so that the error itself is the last thing printed.
+            err.write(f"  last lines of {Path(run_dir, 'logs', f'rank_{failures[0][0]}.log')}:\n")
+            err.write("".join(f"    {line}\n" for line in log_lines[-15:]))
+    err.write(_torchrun_failure_message(status, failures, run_dir, node.node_rank, exception) + "\n")
+    return status
+
+
+def _nproc_of(argv: Sequence[str]) -> int:
+    """``--nproc_per_node N`` of a torchrun argv (1 when absent or not a number)."""
+    argv = list(argv)
+    with contextlib.suppress(ValueError, IndexError):
+        return int(argv[argv.index("--nproc_per_node") + 1])
+    return 1
+
+
+# ----------------------------------------------------------------------------------------------
+# skrl-JAX: the ranks, supervised directly
+# ----------------------------------------------------------------------------------------------
+
+# skrl logs these around its jax.distributed.initialize call (skrl/__init__.py, skrl 2.1.x): the
+# first just before it, one of the others right after it returns.
+JAX_JOINING = "[skrl:INFO] Distributed (rank:"
+JAX_JOINED = ("Using device local to process", "Failed to get the device local to process")
+
+
+class JaxRendezvousWatch:
+    """When did each rank start waiting in ``jax.distributed.initialize``, and has it returned?
+
+    ``jax.distributed.initialize`` waits up to 300 s for every process and skrl calls it at import
+    without a timeout argument, so the supervisor enforces ``rendezvous.timeout_s`` itself: a rank
+    that logged :data:`JAX_JOINING` but none of :data:`JAX_JOINED` within the timeout means a node
+    did not arrive. Fed line by line from the output pumps (other threads); read by the poll loop.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.waiting_since: dict[int, float] = {}
+        self.joined: set[int] = set()
+
+    def observe(self, rank: int, line: str) -> None:
+        if rank in self.joined:
+            return
+        if JAX_JOINING in line:
+            self.waiting_since.setdefault(rank, self.clock())
+        elif any(marker in line for marker in JAX_JOINED):
+            self.joined.add(rank)
+
+    def waiting(self, rank: int) -> bool:
+        return rank in self.waiting_since and rank not in self.joined
+
+    def timed_out(self, timeout_s: float) -> int | None:
+        """A rank that has waited longer than ``timeout_s``, or None."""
+        now = self.clock()
+        for rank, since in list(self.waiting_since.items()):
+            if rank not in self.joined and now - since > timeout_s:
+                return rank
+        return None
+
+
 def _run_ranks(
-    node: NodePlan, run_dir: str, grace_s: float, out: IO[str], err: IO[str], view: RunView, options: ConsoleOptions
+    plan: LaunchPlan,
+    node: NodePlan,
+    grace_s: float,
+    out: IO[str],
+    err: IO[str],
+    view: RunView,
+    options: ConsoleOptions,
 ) -> int:
     """skrl-JAX: start the ranks ourselves, and fail fast and loudly when one of them fails."""
-    tails: dict[int, deque[str]] = {rank.global_rank: deque(maxlen=20) for rank in node.ranks}
+    run_dir = plan.run_dir
+    tails: dict[int, deque[str]] = {rank.global_rank: deque(maxlen=200) for rank in node.ranks}
     signalled_at: list[float] = []
     failed: tuple[RankLaunch, int] | None = None
+    rendezvous_failed = False
+    watch = JaxRendezvousWatch()
     policy = ConsolePolicy(all_ranks=options.all_ranks)
     with _ProcessGroups(grace_s) as groups:
         running: list[tuple[RankLaunch, subprocess.Popen[bytes]]] = []
@@ -401,24 +648,31 @@ def _run_ranks(
             process = groups.start(rank.argv, rank.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             running.append((rank, process))
             tail = tails[rank.global_rank]
-            pumps.append(_start_pump(process.stdout, out, "out", tail, view, policy, rank.global_rank, None))
-            pumps.append(_start_pump(process.stderr, out, "err", tail, view, policy, rank.global_rank, None))
+            observe = functools.partial(watch.observe, rank.global_rank)
+            pumps.append(_start_pump(process.stdout, out, "out", tail, view, policy, rank.global_rank, None, observe))
+            pumps.append(_start_pump(process.stderr, out, "err", tail, view, policy, rank.global_rank, None, observe))
         # Poll every rank each round (a short-circuiting any() would never see a later rank die).
         last_tick = 0.0
         while [process.poll() for _, process in running].count(None):
             groups.escalate_if_signalled(signalled_at)
             if time.monotonic() - last_tick >= TICK_INTERVAL_S:
                 view.tick()
+                groups.track()
                 last_tick = time.monotonic()
-            if groups.received is None and failed is None:
+            if groups.received is None and failed is None and not rendezvous_failed:
                 for rank, process in running:
                     if process.returncode not in (None, 0):
                         failed = (rank, exit_code_of(process.returncode))
+                        rendezvous_failed = watch.waiting(rank.global_rank)
                         # Peers of a dead JAX rank block forever in collectives: stop them now.
                         groups.stop_all(signal.SIGTERM)
                         break
+                else:
+                    if watch.timed_out(plan.rendezvous_timeout_s) is not None:
+                        rendezvous_failed = True
+                        groups.stop_all(signal.SIGTERM)
             time.sleep(POLL_INTERVAL_S)
-        if failed is None and groups.received is None:
+        if failed is None and groups.received is None and not rendezvous_failed:
             for rank, process in running:
                 if process.returncode != 0:
                     failed = (rank, exit_code_of(process.returncode))
@@ -429,18 +683,24 @@ def _run_ranks(
     if groups.received is not None:
         err.write(f"islab-train: stopped by signal {groups.received}; run directory: {run_dir}\n")
         return 128 + groups.received
+    if rendezvous_failed:
+        err.write(rendezvous_message(plan) + "\n")
+        return failed[1] if failed is not None else 1
     if failed is None:
         return 0
     rank, status = failed
     log = Path(run_dir, "logs", f"rank_{rank.global_rank}.log")
-    last_lines = "\n".join(f"    {line}" for line in tails[rank.global_rank])
+    lines = list(tails[rank.global_rank])
+    exception = last_exception_line(lines)
+    if lines:
+        err.write(f"  last output of rank {rank.global_rank}:\n" + "".join(f"    {line}\n" for line in lines[-20:]))
+    # "RuntimeError: boom", or 137 -> -9 -> "killed by SIGKILL"
+    how = f": {exception}" if exception else describe_end(128 - status if status > 128 else status, None)
     err.write(
         f"error: rank {rank.global_rank} (node {node.node_rank}, local rank {rank.local_rank}) "
-        f"exited with code {status}; the other ranks were stopped. See {log}. "
+        f"exited with code {status}{how}; the other ranks were stopped. See {log}. "
         f"Run directory: {run_dir}\n"
     )
-    if last_lines:
-        err.write(f"  last output of rank {rank.global_rank}:\n{last_lines}\n")
     return status
 
 

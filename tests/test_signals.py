@@ -1,0 +1,319 @@
+"""Failures are loud and fast; SIGINT/SIGTERM stop the whole job -- real training runs.
+
+Both launch paths are covered: torchrun (rsl_rl) and skrl-JAX, whose ranks islab-train starts
+itself. Each test runs ``python -m islab.cli`` as a separate process (in its own session, so the
+test can clean up after it), with 2 CPU ranks and 64 environments per rank.
+
+* A rank that raises at start-up (``ISLAB_TEST_CRASH_RANK=1``) or is SIGKILLed mid-training
+  makes islab-train exit non-zero within 15 s, and the last lines name the rank, the node, the
+  rank's log file and the last line of its traceback (or the signal that killed it).
+* SIGINT/SIGTERM to islab-train stop every process of the job: all processes collected from
+  the process tree while it ran are gone 10 s after the signal, and the exit code is 130/143.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import pytest
+from netns import alive, collect_tree, kill_all, run_dir_of, training_under_way, wait_until
+
+from islab import supervise
+
+FAIL_FAST_S = 15.0  # a failed rank -> islab-train has exited
+STOP_S = 10.0  # SIGINT/SIGTERM -> no process of the job is left
+START_TIMEOUT_S = 180.0  # start-up on a busy 2-core machine (torch, JAX imports, JIT)
+
+# (id, islab-train options) of the two launch paths
+PATHS = {
+    "torchrun-rsl_rl": ["--lib", "rsl_rl"],
+    "skrl-jax": ["--lib", "skrl", "--ml-framework", "jax"],
+}
+
+
+@dataclass
+class Job:
+    """One islab-train process and everything seen below it."""
+
+    process: subprocess.Popen[bytes]
+    log_dir: Path
+    stderr_path: Path
+    seen: dict[int, psutil.Process] = field(default_factory=dict)
+
+    def collect(self) -> None:
+        collect_tree(self.process.pid, self.seen)
+
+    @property
+    def run_dir(self) -> Path | None:
+        return run_dir_of(self.log_dir)
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def ranks(self) -> dict[int, psutil.Process]:
+        """Global rank -> the rank's process (torchrun sets RANK, our JAX ranks JAX_RANK)."""
+        self.collect()
+        found = {}
+        for process in alive(self.seen):
+            try:
+                environ = process.environ()
+                cmdline = " ".join(process.cmdline())
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            rank = environ.get("JAX_RANK", environ.get("RANK"))
+            if rank is not None and "islab" in cmdline and "worker" in cmdline:
+                found[int(rank)] = process
+        return found
+
+    def wait_exit(self, timeout_s: float) -> int:
+        """Exit code, collecting the process tree while waiting."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                return self.process.returncode
+            self.collect()
+            time.sleep(0.1)
+        raise AssertionError(f"islab-train did not exit within {timeout_s} s; stderr:\n{self.stderr()[-3000:]}")
+
+
+@pytest.fixture
+def start_job(tmp_path: Path) -> Iterator[object]:
+    jobs: list[Job] = []
+
+    def start(path: str, *, max_iterations: int, extra_env: dict[str, str] | None = None) -> Job:
+        log_dir = tmp_path / f"logs{len(jobs)}"
+        stderr_path = tmp_path / f"stderr{len(jobs)}.txt"
+        env = {name: value for name, value in os.environ.items() if not name.startswith(("ISLAB_", "SLURM_"))}
+        env.update({"CUDA_VISIBLE_DEVICES": "", **(extra_env or {})})
+        argv = [
+            sys.executable, "-m", "islab.cli", *PATHS[path], "--device", "cpu", "--nproc", "2",
+            "--num-envs", "64", "--max-iterations", str(max_iterations), "--log-dir", str(log_dir),
+        ]  # fmt: skip
+        with open(stderr_path, "wb") as stderr:
+            process = subprocess.Popen(
+                argv, stdout=subprocess.DEVNULL, stderr=stderr, env=env, cwd=tmp_path, start_new_session=True
+            )
+        job = Job(process, log_dir, stderr_path)
+        jobs.append(job)
+        return job
+
+    yield start
+    for job in jobs:  # whatever happened, leave nothing running
+        job.collect()
+        kill_all(job.seen)
+        if job.process.poll() is None:
+            job.process.kill()
+            job.process.wait(timeout=10)
+
+
+def wait_for_training(job: Job, path: str) -> None:
+    """Until both ranks run and training is under way (a few iterations for rsl_rl; for skrl-JAX,
+    which reports no iterations yet, a few seconds after skrl broadcast the initial parameters)."""
+
+    def under_way() -> bool:
+        job.collect()
+        if job.process.poll() is not None:
+            raise AssertionError(f"islab-train ended early ({job.process.returncode}):\n{job.stderr()[-3000:]}")
+        if len(job.ranks()) < 2:
+            return False
+        if path == "skrl-jax":
+            log = job.run_dir / "logs" / "rank_0.log" if job.run_dir else None
+            return bool(log and log.exists() and "Broadcasting models' parameters" in log.read_text(errors="replace"))
+        return training_under_way(job.run_dir, iterations=2)
+
+    wait_until(under_way, START_TIMEOUT_S, "training to be under way", interval_s=0.2)
+    if path == "skrl-jax":
+        time.sleep(5.0)
+    job.collect()
+
+
+def last_lines(text: str, count: int = 3) -> str:
+    return "\n".join(text.rstrip("\n").splitlines()[-count:])
+
+
+# ----------------------------------------------------------------------------------------------
+# The pieces (fast)
+# ----------------------------------------------------------------------------------------------
+
+
+def test_last_exception_line_of_plain_chained_and_prefixed_tracebacks():
+    plain = [
+        "x",
+        "Traceback (most recent call last):",
+        '  File "a.py", line 1, in <module>',
+        "    boom()",
+        "ValueError: no",
+    ]
+    assert supervise.last_exception_line(plain) == "ValueError: no"
+    chained = [
+        *plain, "", "During handling of the above exception, another exception occurred:", "",
+        "Traceback (most recent call last):", '  File "b.py", line 2', "RuntimeError: yes", "  detail",
+    ]  # fmt: skip
+    assert supervise.last_exception_line(chained) == "RuntimeError: yes"
+    teed = ["[default1]:Traceback (most recent call last):", "[default1]:  File x", "[default1]:KeyError: 3"]
+    assert supervise.last_exception_line(teed) == "KeyError: 3"
+    collective = ["[rank1]: Traceback (most recent call last):", "[rank1]:   File y", "[rank1]: RuntimeError: closed"]
+    assert supervise.last_exception_line(collective) == "RuntimeError: closed"
+    assert supervise.last_exception_line(["no traceback here"]) is None
+
+
+def test_failure_message_names_rank_node_log_and_how_it_ended():
+    summary = ["Root Cause (first observed failure):", "[0]:", "  rank      : 1 (local_rank: 1)", "  exitcode  : -9"]
+    failures = supervise.torchrun_failures(summary)
+    assert failures == [(1, -9)]
+    killed = supervise._torchrun_failure_message(1, failures, "run", 0, None)
+    assert killed.startswith(
+        "error: training failed on node 0 (torchrun exit code 1): rank 1 failed, killed by SIGKILL"
+    )
+    assert "run/logs/rank_1.log" in killed
+    raised = supervise._torchrun_failure_message(1, [(1, 1)], "run", 0, "RuntimeError: boom")
+    assert "rank 1 failed with RuntimeError: boom; see run/logs/rank_1.log" in raised
+
+
+def test_process_tree_finds_descendants_in_other_sessions(tmp_path):
+    pid_file = tmp_path / "grandchild.pid"
+    code = (
+        "import subprocess, sys, time; "
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True); "
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(60)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        wait_until(lambda: pid_file.exists() and pid_file.read_text(), 20, "the grandchild")
+        grandchild = int(pid_file.read_text())
+        tree = supervise.process_tree([child.pid])
+        assert grandchild in tree and child.pid not in tree
+        assert tree[grandchild] == proc_start_ticks(grandchild)
+    finally:
+        for pid in (int(pid_file.read_text()) if pid_file.exists() else None, child.pid):
+            if pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        child.wait()
+
+
+def proc_start_ticks(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+
+
+DRIVER = """
+import sys
+from types import MappingProxyType
+from islab import supervise
+from islab.plan import LaunchPlan, NodePlan
+plan = LaunchPlan("torchrun", "run", (NodePlan(0, (sys.executable, "-c", sys.argv[1]), MappingProxyType({})),))
+sys.exit(supervise.run_plan(plan, 0))
+"""
+
+
+@pytest.mark.parametrize(("signum", "expected"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_reaches_a_rank_in_its_own_session(tmp_path, signum, expected):
+    """torchrun starts each rank in a new session, out of reach of killpg(torchrun): the supervisor
+    must find and stop it anyway. Here the "launcher" ignores the signal and its "rank" runs in a
+    session of its own; both must be gone within 10 s."""
+    pid_file = tmp_path / "rank.pid"
+    launcher = (
+        "import signal, subprocess, sys, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], start_new_session=True); "
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(120)"
+    )
+    (tmp_path / "driver.py").write_text(DRIVER)
+    driver = subprocess.Popen([sys.executable, str(tmp_path / "driver.py"), launcher], cwd=tmp_path)
+    seen: dict = {}
+    try:
+        wait_until(lambda: pid_file.exists() and pid_file.read_text(), 30, "the rank")
+        time.sleep(0.6)  # at least one tracking round of the poll loop
+        collect_tree(driver.pid, seen)
+        assert int(pid_file.read_text()) in seen
+        driver.send_signal(signum)
+        signalled_at = time.monotonic()
+        assert driver.wait(timeout=STOP_S) == expected
+        wait_until(lambda: not alive(seen), STOP_S - (time.monotonic() - signalled_at), "every process to end")
+    finally:
+        kill_all(seen)
+        if driver.poll() is None:
+            driver.kill()
+
+
+# ----------------------------------------------------------------------------------------------
+# Failures are loud and fast
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", list(PATHS))
+def test_rank_raising_at_startup_fails_fast_and_is_named(start_job, path):
+    job = start_job(path, max_iterations=50, extra_env={"ISLAB_TEST_CRASH_RANK": "1"})
+
+    def fault_logged() -> bool:
+        job.collect()
+        log = job.run_dir / "logs" / "rank_1.log" if job.run_dir else None
+        return job.process.poll() is not None or bool(
+            log and log.exists() and "test fault injection" in log.read_text(errors="replace")
+        )
+
+    wait_until(fault_logged, START_TIMEOUT_S, "rank 1's injected fault", interval_s=0.05)
+    failed_at = time.monotonic()
+    code = job.wait_exit(FAIL_FAST_S + 5)
+    took = time.monotonic() - failed_at
+    assert code != 0
+    assert took < FAIL_FAST_S, f"exit took {took:.1f} s after rank 1 failed"
+    end = last_lines(job.stderr())
+    error = end.splitlines()[-1]
+    assert error.startswith("error: "), end
+    assert "rank 1" in error and "node 0" in error and "rank_1.log" in error, end
+    assert "RuntimeError: test fault injection: ISLAB_TEST_CRASH_RANK=1" in error, end
+    assert not alive(job.seen), "ranks left running after the failure"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", list(PATHS))
+def test_rank_sigkilled_mid_training_fails_fast_and_is_named(start_job, path):
+    job = start_job(path, max_iterations=100000)
+    wait_for_training(job, path)
+    victim = job.ranks()[1]
+    victim.kill()
+    killed_at = time.monotonic()
+    code = job.wait_exit(FAIL_FAST_S + 15)
+    took = time.monotonic() - killed_at
+    print(f"{path}: SIGKILL of rank 1 -> islab-train exit {code} after {took:.2f} s")
+    assert code != 0
+    assert took < FAIL_FAST_S, f"exit took {took:.1f} s after rank 1 was killed"
+    error = last_lines(job.stderr()).splitlines()[-1]
+    assert error.startswith("error: "), job.stderr()[-2000:]
+    assert "rank 1" in error and "node 0" in error and "rank_1.log" in error, error
+    assert "SIGKILL" in error, error
+    assert not alive(job.seen), "processes left running after the failure"
+
+
+# ----------------------------------------------------------------------------------------------
+# Signals to islab-train stop everything
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize(("signum", "expected"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_stops_every_process_of_the_job(start_job, path, signum, expected):
+    job = start_job(path, max_iterations=100000)
+    wait_for_training(job, path)
+    assert len(job.seen) >= 3  # islab-train + the ranks (+ torchrun)
+    job.process.send_signal(signum)
+    signalled_at = time.monotonic()
+    code = job.wait_exit(STOP_S + 5)
+    wait_until(lambda: not alive(job.seen), max(0.1, STOP_S - (time.monotonic() - signalled_at)), "the job to end")
+    took = time.monotonic() - signalled_at
+    print(f"{path}: signal {signum} -> exit {code}, every process gone after {took:.2f} s")
+    assert code == expected
+    assert took <= STOP_S
+    assert f"stopped by signal {int(signum)}" in job.stderr()
