@@ -79,3 +79,42 @@ def test_a_failing_rank_fails_the_job_and_is_named(tmp_path: Path, lib: str, ml_
     output = result.stdout + result.stderr
     assert "rank 1" in output
     assert "rank_1.log" in output
+
+
+def summary_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+@pytest.mark.slow
+def test_resume_a_run_directory_continues_its_iterations(tmp_path: Path) -> None:
+    first = launch(tmp_path, "rsl_rl", "torch", "--checkpoint-interval", "2")
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    run_dir = the_run_dir(tmp_path, "rsl_rl")
+    assert summary_of(run_dir)["iteration"] == 3
+
+    second = launch(tmp_path, "rsl_rl", "torch", "--resume", str(run_dir), "--max-iterations", "2")
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    summary = summary_of(run_dir)  # the resumed run continues in the same run directory
+    assert (summary["start_iteration"], summary["iteration"]) == (3, 5)
+    iterations = [json.loads(line)["iteration"] for line in (run_dir / "progress.jsonl").read_text().splitlines()]
+    assert iterations == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.slow
+def test_elastic_restart_resumes_from_the_latest_checkpoint(tmp_path: Path) -> None:
+    crash_once_after_iteration_3 = {
+        "ISLAB_TEST_CRASH_RANK": "1",
+        "ISLAB_TEST_CRASH_AT_ITERATION": "3",
+        "ISLAB_TEST_CRASH_ONCE": "1",
+    }
+    result = launch(
+        tmp_path, "rsl_rl", "torch", "--max-restarts", "1", "--checkpoint-interval", "2",
+        "--max-iterations", "5", env=crash_once_after_iteration_3,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_dir = the_run_dir(tmp_path, "rsl_rl")
+    summary = summary_of(run_dir)
+    assert summary["iteration"] == 5 and summary["start_iteration"] == 2  # resumed from iteration 2
+    assert (run_dir / ".fault-injected-rank1").exists()
+    digests = {json.loads((run_dir / "digests" / f"rank_{r}.json").read_text())["policy_sha256"] for r in (0, 1)}
+    assert len(digests) == 1

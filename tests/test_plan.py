@@ -35,22 +35,6 @@ def plan_for(**values: object):
     return build_plan(resolved(**values).spec, now=NOW, free_port=FREE_PORT)
 
 
-def worker_parser() -> argparse.ArgumentParser:
-    """The worker command line as docs/ARCHITECTURE.md fixes it."""
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--lib", choices=["rl_games", "rsl_rl", "skrl"], required=True)
-    parser.add_argument("--ml-framework", choices=["torch", "jax"], required=True)
-    parser.add_argument("--task", required=True)
-    parser.add_argument("--num-envs", type=int, required=True)
-    parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--max-iterations", type=int, required=True)
-    parser.add_argument("--device", choices=["cuda", "cpu"], required=True)
-    parser.add_argument("--run-dir", required=True)
-    parser.add_argument("--distributed", action="store_true")
-    parser.add_argument("overrides", nargs="*")
-    return parser
-
-
 def torchrun_args(argv: tuple[str, ...]) -> argparse.Namespace:
     from torch.distributed.run import get_args_parser
 
@@ -66,9 +50,13 @@ def jax_launcher_args(argv: tuple[str, ...]) -> argparse.Namespace:
 
 
 def check_worker(args: list[str], **expected: object) -> argparse.Namespace:
-    worker = worker_parser().parse_args(args)
+    """Parse with the real worker's own parser, so the two sides cannot drift apart."""
+    from islab.worker.__main__ import parse_args
+
+    worker = parse_args(list(args))
     for name, value in expected.items():
-        assert getattr(worker, name) == value, name
+        got = getattr(worker, name)
+        assert (str(got) if isinstance(got, Path) else got) == value, name
     assert worker.distributed
     return worker
 
@@ -359,3 +347,16 @@ def test_c10d_node_facts_host_the_store_and_advertise_the_nodes_address():
     assert "is_host" not in config.rdzv_configs and config.local_addr == "10.0.0.2"
     static = plan_for(device="cpu", nnodes=2, rendezvous__master_addr="10.0.0.1")
     assert with_c10d_node_facts(static, 0, hosts_store=True, local_addr="10.0.0.1") is static
+
+
+def test_resume_checkpoint_interval_and_peer_timeout_reach_the_worker(tmp_path):
+    run_dir = tmp_path / "logs" / "rsl_rl" / "Islab-Cartpole-v0" / "2026-01-01_00-00-00"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "latest.pt").write_bytes(b"not read by the planner")
+    plan = plan_for(device="cpu", nproc_per_node=2, resume=str(run_dir), checkpoint_interval=3)
+    worker = check_worker(torchrun_args(plan.nodes[0].argv).training_script_args, checkpoint_interval=3)
+    assert worker.resume == run_dir and worker.peer_timeout == 300
+    # resuming a run directory continues in it: logs, TensorBoard and checkpoints stay together
+    assert plan.run_dir == str(run_dir)
+    checkpoint_file = run_dir / "checkpoints" / "latest.pt"
+    assert plan_for(device="cpu", nproc_per_node=2, resume=str(checkpoint_file)).run_dir != str(run_dir)

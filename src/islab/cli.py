@@ -134,6 +134,8 @@ OPTION_FIELDS: dict[str, tuple[str, str]] = {
     "run_name": ("run_name", "--run-name"),
     "log_dir": ("log_dir", "--log-dir"),
     "python": ("python", "--python"),
+    "resume": ("resume", "--resume"),
+    "checkpoint_interval": ("checkpoint_interval", "--checkpoint-interval"),
     "overrides": ("overrides", "KEY=VALUE"),
 }
 # Options of the training command that are not spec fields (doctor and sbatch reuse the rest).
@@ -349,6 +351,26 @@ def train(
         typer.Option(
             help="Root of run directories: <log_dir>/<lib>/<task>/<time>[_<run_name>]. Default: logs.",
             envvar=env_var("log_dir"),
+            rich_help_panel=PANEL_OUTPUT,
+        ),
+    ] = None,
+    resume: Annotated[
+        str | None,
+        typer.Option(
+            metavar="PATH",
+            help="Continue a run: its run directory (training goes on there) or a checkpoint file "
+            "(a new run directory). --max-iterations more iterations are trained. Only node 0 reads it.",
+            envvar=env_var("resume"),
+            rich_help_panel=PANEL_OUTPUT,
+        ),
+    ] = None,
+    checkpoint_interval: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N",
+            help="Iterations between checkpoints (atomic; the last iteration is always saved; 0: only "
+            "at the end). An elastic restart (--max-restarts) resumes from the latest. Default: 10.",
+            envvar=env_var("checkpoint_interval"),
             rich_help_panel=PANEL_OUTPUT,
         ),
     ] = None,

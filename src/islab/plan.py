@@ -98,7 +98,10 @@ class LaunchPlan:
 
 
 def run_dir_for(spec: RunSpec, now: datetime) -> str:
-    """``<log_dir>/<lib>/<task>/<YYYY-mm-dd_HH-MM-SS>[_<run_name>]`` -- chosen once, for all ranks."""
+    """``<log_dir>/<lib>/<task>/<YYYY-mm-dd_HH-MM-SS>[_<run_name>]`` -- chosen once, for all ranks;
+    or the run directory being resumed, so a resumed run keeps its logs and checkpoints together."""
+    if spec.resumes_run_dir:
+        return str(spec.resume)
     stamp = now.strftime(RUN_DIR_TIME_FORMAT)
     leaf = f"{stamp}_{spec.run_name}" if spec.run_name else stamp
     return str(PurePath(spec.log_dir, spec.lib, spec.task, leaf))
@@ -116,6 +119,10 @@ def worker_args(spec: RunSpec, run_dir: str) -> list[str]:
         "--device", spec.device,
         "--run-dir", run_dir,
         "--distributed",
+        "--checkpoint-interval", str(spec.checkpoint_interval),
+        # a collective waits as long as the rendezvous does: a vanished node fails the job, not hangs it
+        "--peer-timeout", str(spec.rendezvous.timeout_s),
+        *(["--resume", spec.resume] if spec.resume is not None else []),
         *spec.overrides,
     ]  # fmt: skip
 

@@ -278,6 +278,9 @@ class RunSpec(_Frozen):
     log_dir: StrictStr = "logs"
     python: StrictStr = sys.executable
     overrides: tuple[StrictStr, ...] = ()
+    # Continue a run: its directory (training goes on in it) or a checkpoint file (a new run dir).
+    resume: StrictStr | None = None
+    checkpoint_interval: NonNegative = 10
 
     # -- single fields --------------------------------------------------------------------------
 
@@ -347,9 +350,11 @@ class RunSpec(_Frozen):
             )
         return value
 
-    @field_validator("log_dir", "python")
+    @field_validator("log_dir", "python", "resume")
     @classmethod
-    def _printable_path(cls, value: str, info: Any) -> str:
+    def _printable_path(cls, value: str | None, info: Any) -> str | None:
+        if value is None and info.field_name == "resume":
+            return value
         if not value or any(ch in value for ch in "\n\r\0"):
             raise _rule(
                 info.field_name,
@@ -454,6 +459,8 @@ class RunSpec(_Frozen):
                     "For torchrun use --master-addr/--master-port (static) or --rdzv-endpoint (c10d)",
                 )
             self._check_torchrun(rdzv)
+        if self.resume is not None and self.node_rank in (None, 0):
+            self._check_resume_path(Path(self.resume))
         try:
             load_agent_config(self.lib, self.task, self.overrides)
         except AgentConfigError as error:
@@ -461,6 +468,22 @@ class RunSpec(_Frozen):
                 error.field, error.message, f"The keys are those of {agent_config_path(self.lib, self.task)}"
             ) from None
         return self
+
+    @staticmethod
+    def _check_resume_path(path: Path) -> None:
+        # Only node 0 reads the checkpoint (it broadcasts it), so other nodes need not have it.
+        checkpoint = path / "checkpoints" / "latest.pt" if path.is_dir() else path
+        if not checkpoint.is_file():
+            raise _rule(
+                "resume",
+                f"{str(path)!r} is neither a checkpoint file nor a run directory with checkpoints/latest.pt",
+                "Pass the run directory printed at the end of a run, or one of its checkpoints/*.pt files",
+            )
+
+    @property
+    def resumes_run_dir(self) -> bool:
+        """``--resume RUN_DIR`` continues in that run directory (TensorBoard, logs, checkpoints)."""
+        return self.resume is not None and Path(self.resume).is_dir()
 
     def _check_jax(self, rdzv: Rendezvous) -> None:
         if self.lib != "skrl":
@@ -723,6 +746,7 @@ _FIELD_FIX = {
     "max_restarts": "Give a whole number ≥ 0, e.g. 0",
     "rendezvous.master_port": "Choose a port between 1 and 65535, e.g. 29500",
     "rendezvous.timeout_s": "Give the seconds node 0 waits for the other nodes, e.g. 300",
+    "checkpoint_interval": "Give the iterations between checkpoints, e.g. 10 (0: only at the end)",
 }
 
 

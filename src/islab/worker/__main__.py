@@ -40,6 +40,8 @@ from islab.agent_config import AgentConfigError, load_agent_config
 from islab.tasks import LIBRARIES, TASKS
 from islab.worker.faults import maybe_inject_fault
 
+DEFAULT_PEER_TIMEOUT_S = 600.0
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m islab.worker", description=__doc__.splitlines()[0])
@@ -66,6 +68,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         metavar="N",
         help="write an islab checkpoint every N iterations (default 10; 0: only after the last)",
+    )
+    parser.add_argument(
+        "--peer-timeout",
+        type=float,
+        default=DEFAULT_PEER_TIMEOUT_S,
+        metavar="SECONDS",
+        help="how long a collective waits for the other ranks before this rank fails (a node that "
+        "vanished without closing its sockets would otherwise hang the job)",
     )
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="agent-config overrides")
     args = parser.parse_args(argv)
@@ -201,7 +211,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
 
     configure_process(ctx)
-    init_process_group(ctx)
+    init_process_group(ctx, timeout_s=args.peer_timeout)
     agent_cfg = load_agent_config(args.lib, args.task, args.overrides)
     # Imported before anything collective: skrl-JAX joins jax.distributed when skrl is imported.
     adapter_class = load_adapter(args.lib, args.ml_framework)
