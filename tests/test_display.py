@@ -188,3 +188,22 @@ def test_failure_names_the_rank_and_quotes_its_log(tmp_path):
     assert code == 1
     assert "rank 1 failed" in err and "ValueError: boom" in err
     assert "run finished" not in out  # no summary for a failed run
+
+
+def test_curves_keep_the_last_record_of_a_redone_iteration(tmp_path, monkeypatch):
+    import matplotlib.axes
+
+    plotted = []
+    original_plot = matplotlib.axes.Axes.plot
+    monkeypatch.setattr(
+        matplotlib.axes.Axes,
+        "plot",
+        lambda self, x, y, **kw: plotted.append((list(x), list(y))) or original_plot(self, x, y, **kw),
+    )
+    records = [{"iteration": i, "mean_return": float(i), "steps_per_s": 1.0} for i in (1, 2, 3)] + [
+        {"iteration": i, "mean_return": 10.0 * i, "steps_per_s": 2.0} for i in (3, 4)
+    ]  # restart after 2
+    from islab.display import write_curves
+
+    assert write_curves(records, tmp_path / "curves.png").is_file()
+    assert plotted[0] == ([1, 2, 3, 4], [1.0, 2.0, 30.0, 40.0])

@@ -339,6 +339,9 @@ def write_curves(records: Sequence[Mapping[str, Any]], path: Path) -> Path | Non
     matplotlib.use("Agg")  # no display, no GUI toolkit
     import matplotlib.pyplot as plt
 
+    # After an elastic restart the redone iterations appear twice; the later record is the kept one.
+    records = list({record["iteration"]: record for record in records}.values())
+    records.sort(key=lambda record: record["iteration"])
     iterations = [record["iteration"] for record in records]
     returns = [record.get("mean_return") for record in records]
     rates = [record.get("steps_per_s") for record in records]
