@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from islab.agent_config import AgentConfigError, apply_overrides, parse_override
@@ -34,5 +36,5 @@ def test_malformed_override(item: str) -> None:
 
 
 def test_descending_into_a_scalar_is_an_error() -> None:
-    with pytest.raises(AgentConfigError, match="no key 'algorithm.gamma.x'"):
+    with pytest.raises(AgentConfigError, match=re.escape("no key 'algorithm.gamma.x'")):
         apply_overrides(CONFIG, ["algorithm.gamma.x=1"])

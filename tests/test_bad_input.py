@@ -5,7 +5,6 @@ field, no traceback, no process started and no run directory created. These are 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import textwrap
 from pathlib import Path
@@ -76,17 +75,13 @@ CASES: list[tuple[str, list[str], dict[str, str], str | None, str]] = [
 
 
 @pytest.fixture
-def no_launch(monkeypatch):
+def no_launch(monkeypatch, clean_environment):
     """Any attempt to start a process fails the test."""
 
     def refuse(*args, **kwargs):
         raise AssertionError(f"a process was started for bad input: {args[0] if args else kwargs}")
 
     monkeypatch.setattr(subprocess, "Popen", refuse)
-    for name in list(os.environ):
-        if name.startswith("ISLAB_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
 
 
 @pytest.mark.parametrize(("args", "environ", "yaml_text", "field"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])

@@ -14,29 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from islab import cli
-
 REPO = Path(__file__).resolve().parents[1]
 WORKER_MAIN = REPO / "src" / "islab" / "worker" / "__main__.py"
 
-
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch):
-    """No ISLAB_* from the developer's shell, and a machine with no GPUs unless a test says so."""
-    for name in list(os.environ):
-        if name.startswith(("ISLAB_", "SLURM_")):  # SLURM_*: the suite may itself run under srun
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-
-
-@pytest.fixture
-def islab(capsys):
-    def invoke(*args: str) -> tuple[int, str, str]:
-        code = cli.run(list(args))
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    return invoke
+pytestmark = pytest.mark.usefixtures("clean_environment")
 
 
 def dry_json(islab, *args: str) -> dict:

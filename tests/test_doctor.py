@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from islab import cli, doctor
+from islab import doctor
 from islab.spec import RunSpec
 
 NVIDIA_SMI = """\
@@ -20,23 +20,7 @@ NVIDIA_SMI = """\
 |-----------------------------------------+------------------------+----------------------+
 """
 
-
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch):
-    for name in list(os.environ):
-        if name.startswith(("ISLAB_", "SLURM_")) or name.endswith("_SOCKET_IFNAME"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-
-
-@pytest.fixture
-def islab(capsys):
-    def invoke(*args: str) -> tuple[int, str, str]:
-        code = cli.run(list(args))
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    return invoke
+pytestmark = pytest.mark.usefixtures("clean_environment")
 
 
 def spec(**fields) -> RunSpec:

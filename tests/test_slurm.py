@@ -16,28 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from islab import cli, slurm
+from islab import slurm
 from islab.spec import Source, SpecError, resolve_spec
 
 REPO = Path(__file__).resolve().parents[1]
 
-
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch):
-    for name in list(os.environ):
-        if name.startswith(("ISLAB_", "SLURM_")):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-
-
-@pytest.fixture
-def islab(capsys):
-    def invoke(*args: str) -> tuple[int, str, str]:
-        code = cli.run(list(args))
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    return invoke
+pytestmark = pytest.mark.usefixtures("clean_environment")
 
 
 def srun_environ(**extra: str) -> dict[str, str]:
