@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from islab.envs import make_env
-from islab.envs.cartpole import CartpoleEnvCfg
+from islab.envs.cartpole import CartpoleEnv, CartpoleEnvCfg
 
 TASK = "Islab-Cartpole-v0"
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -72,7 +72,7 @@ def test_observation_and_action_spaces_follow_isaac_lab() -> None:
     assert env.single_action_space.shape == (1,)
     assert env.observation_space["policy"].shape == (8, 4)
     assert env.max_episode_length == 300  # 5 s at 60 Hz
-    obs, extras = env.reset()
+    obs, _extras = env.reset()
     assert set(obs) == {"policy"} and obs["policy"].shape == (8, 4)
     assert (obs["policy"][:, 0].abs() <= 0.25 * math.pi + 1e-6).all()
     assert (obs["policy"][:, 1:] == 0).all()
@@ -100,7 +100,7 @@ def test_truncation_after_five_seconds() -> None:
     env.reset()
     env.episode_length_buf[:] = env.max_episode_length - 2
     env.state[:] = 0.0
-    _, reward, terminated, truncated, extras = env.step(torch.zeros(2, 1))
+    _, reward, terminated, truncated, _extras = env.step(torch.zeros(2, 1))
     assert truncated.all() and not terminated.any()
     assert reward == pytest.approx(torch.ones(2))
     assert (env.episode_length_buf == 0).all()
@@ -139,3 +139,59 @@ def test_skrl_isaaclab_wrapper_accepts_the_env() -> None:
     assert obs.shape == (8, 4)
     obs, reward, terminated, truncated, _ = env.step(torch.zeros(8, 1))
     assert reward.shape == terminated.shape == truncated.shape == (8, 1)
+
+
+def _run_side_by_side(num_envs: int, steps: int, compile_step: bool) -> None:
+    """Step the reference (hooks, eager) and the env under test with the same seed and actions;
+    every step must return the same observation, reward, dones, episode statistics and state."""
+    reference = make_env(TASK, num_envs=num_envs, seed=7)
+    env = CartpoleEnv(CartpoleEnvCfg(num_envs=num_envs, seed=7, compile_step=compile_step))
+    assert env.compiled == compile_step
+    obs_ref, _ = reference.reset()
+    obs, _ = env.reset()
+    torch.testing.assert_close(obs["policy"], obs_ref["policy"])
+    generator = torch.Generator().manual_seed(1)
+    # as rsl_rl's init_at_random_ep_len does: a NEW tensor, so time-outs happen within the test
+    lengths = torch.randint(0, reference.max_episode_length, (num_envs,), generator=generator)
+    reference.episode_length_buf, env.episode_length_buf = lengths.clone(), lengths.clone()
+    time_outs = 0
+    finished = 0
+    for _ in range(steps):
+        actions = torch.rand(num_envs, 1, generator=generator) * 2 - 1
+        expected = reference.step(actions)
+        got = env.step(actions)
+        torch.testing.assert_close(got[0]["policy"], expected[0]["policy"], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got[1], expected[1], atol=1e-5, rtol=1e-5)
+        assert torch.equal(got[2], expected[2]) and torch.equal(got[3], expected[3])
+        assert got[2].dtype == got[3].dtype == torch.bool
+        assert set(got[4]) == set(expected[4])
+        time_outs += int(expected[3].sum())
+        if "log" in expected[4]:
+            finished += 1
+            for key in ("episode_return", "episode_length"):
+                torch.testing.assert_close(got[4]["log"][key], expected[4]["log"][key], atol=1e-4, rtol=1e-5)
+        torch.testing.assert_close(env.state, reference.state, atol=1e-5, rtol=1e-5)
+        assert torch.equal(env.episode_length_buf, reference.episode_length_buf)
+        torch.testing.assert_close(env.episode_return_buf, reference.episode_return_buf, atol=1e-4, rtol=1e-5)
+    assert finished > 0 and time_outs > 0  # the auto-reset path was exercised, truncation included
+
+
+def test_eager_step_matches_reference_trajectory() -> None:
+    """The side-by-side harness itself: two eager envs with one seed agree step for step."""
+    _run_side_by_side(num_envs=128, steps=60, compile_step=False)
+
+
+@pytest.mark.slow
+def test_compiled_fast_step_matches_the_hooks() -> None:
+    """The torch.compile'd fused step (ISLAB_ENV_COMPILE=1) returns what the hooks return, resets
+    included: same random draws in the same env order, same episode statistics. Compiling takes
+    seconds to tens of seconds the first time, hence slow."""
+    _run_side_by_side(num_envs=256, steps=80, compile_step=True)
+
+
+def test_compile_flag_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from islab.envs.base import compile_requested
+
+    assert not compile_requested(CartpoleEnvCfg(), environ={})
+    assert compile_requested(CartpoleEnvCfg(), environ={"ISLAB_ENV_COMPILE": "1"})
+    assert not compile_requested(CartpoleEnvCfg(compile_step=False), environ={"ISLAB_ENV_COMPILE": "1"})

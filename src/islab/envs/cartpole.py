@@ -6,16 +6,25 @@ scaled to a cart force of ``action_scale`` newtons. Physics at 120 Hz, policy at
 the articulation in PhysX; here the classic analytic cart-pole equations (Barto, Sutton &
 Anderson 1983, as in gymnasium's CartPole) are integrated with explicit Euler, for all envs at
 once on the rank's device.
+
+How the step is written, for speed (see ``islab.envs.base``): the state lives in one [4, N]
+tensor, one contiguous row per quantity (cart pos, cart vel, pole angle, pole vel), so positions
+and velocities are two strided [2, N] views and each Euler update is one op for both bodies;
+``env.state`` is its [N, 4] transpose (columns as before). Every hook writes into buffers
+allocated once, with fused ``addcmul``-style ops and constants folded at setup: a physics
+substep is 11 ops, dones 4, rewards 5. ``F / M`` is formed once per policy step, not per substep.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from islab.envs.base import DirectRLEnv, DirectRLEnvCfg
+from islab.envs.base import DirectRLEnv, DirectRLEnvCfg, StepResult
 
 
 @dataclass
@@ -43,62 +52,190 @@ class CartpoleEnvCfg(DirectRLEnvCfg):
     rew_scale_pole_vel: float = -0.005
 
 
+def fused_advance(
+    action: torch.Tensor,
+    state: torch.Tensor,
+    episode_length: torch.Tensor,
+    episode_return: torch.Tensor,
+    masks_out: torch.Tensor,
+    *,
+    cfg: CartpoleEnvCfg,
+    physics_dt: float,
+    max_episode_length: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One Cartpole step up to the reset, as a pure per-env element-wise chain for ``torch.compile``.
+
+    Same equations, order and rules as the hooks (``_pre_physics_step``, ``decimation`` x
+    ``_physics_step``, ``_get_dones``, ``_get_rewards``), written on [N] rows so inductor emits a
+    single loop over the envs. It also does the data-independent half of the reset: finished envs
+    get a zero state, episode clock and return; their episode statistics are summed first. Writes
+    ``state`` [4, N] (rows x, ẋ, θ, θ̇), the episode buffers and ``masks_out`` [3, N] (terminated,
+    truncated, done as 0/1 floats) in place. Returns the reward [N],
+    the observation [N, 4] (zeros where an env finished; the caller writes the new pole angle)
+    and ``[finished envs, mean return of their episodes, mean length]``.
+    """
+    total_mass = cfg.cart_mass + cfg.pole_mass
+    pml_over_m = cfg.pole_mass * cfg.pole_half_length / total_mass
+    x, x_dot, theta, theta_dot = state.unbind(0)
+    force_over_mass = action.reshape(-1) * cfg.action_scale / total_mass
+    for _ in range(cfg.decimation):
+        sin, cos = torch.sin(theta), torch.cos(theta)
+        temp = force_over_mass + pml_over_m * theta_dot * theta_dot * sin
+        theta_acc = (cfg.gravity * sin - cos * temp) / (
+            cfg.pole_half_length * (4.0 / 3.0) - (cfg.pole_half_length * cfg.pole_mass / total_mass) * cos * cos
+        )
+        x_acc = temp - pml_over_m * theta_acc * cos
+        x, theta = x + physics_dt * x_dot, theta + physics_dt * theta_dot
+        x_dot, theta_dot = x_dot + physics_dt * x_acc, theta_dot + physics_dt * theta_acc
+    # Masks stay float (0/1) inside the kernel: bool values vectorize badly in inductor's C++
+    # (measured ~3x slower per mask); the caller turns the [3, N] float masks into bools in one op.
+    length = episode_length.to(reward_dtype := state.dtype) + 1.0
+    time_out = (length >= max_episode_length - 1).to(reward_dtype)
+    terminated = ((x.abs() > cfg.max_cart_pos) | (theta.abs() > math.pi / 2)).to(reward_dtype)
+    done = torch.maximum(terminated, time_out)
+    reward = (
+        (cfg.rew_scale_alive + (cfg.rew_scale_terminated - cfg.rew_scale_alive) * terminated)
+        + cfg.rew_scale_pole_pos * theta * theta
+        + cfg.rew_scale_cart_vel * x_dot.abs()
+        + cfg.rew_scale_pole_vel * theta_dot.abs()
+    )
+    returns = episode_return + reward
+    finished = done.sum()
+    per_episode = 1.0 / torch.clamp(finished, min=1.0)
+    stats = torch.stack((finished, (returns * done).sum() * per_episode, (length * done).sum() * per_episode))
+    keep = 1.0 - done
+    x, x_dot, theta, theta_dot = x * keep, x_dot * keep, theta * keep, theta_dot * keep
+    state.copy_(torch.stack((x, x_dot, theta, theta_dot)))
+    episode_length.copy_((length * keep).to(episode_length.dtype))
+    episode_return.copy_(returns * keep)
+    masks_out.copy_(torch.stack((terminated, time_out, done)))
+    return reward, torch.stack((theta, theta_dot, x, x_dot), dim=1), stats
+
+
 class CartpoleEnv(DirectRLEnv):
     cfg: CartpoleEnvCfg
 
     def _setup_scene(self) -> None:
-        # One [N, 4] state tensor: columns are cart pos, cart vel, pole angle, pole angular vel.
-        self.state = torch.zeros(self.num_envs, 4, device=self.device)
-        self.cart_pos, self.cart_vel = self.state[:, 0], self.state[:, 1]
-        self.pole_pos, self.pole_vel = self.state[:, 2], self.state[:, 3]
-        self.force = torch.zeros(self.num_envs, device=self.device)
-        cfg = self.cfg
-        self._total_mass = cfg.cart_mass + cfg.pole_mass
+        n, dev, cfg = self.num_envs, self.device, self.cfg
+        # Rows: cart pos, cart vel, pole angle, pole angular vel. ``state`` is the [N, 4] view
+        # (columns in that order) that tests and users index as state[env, quantity].
+        self._state = torch.zeros(4, n, device=dev)
+        self.state = self._state.T
+        self.cart_pos, self.cart_vel, self.pole_pos, self.pole_vel = self._state.unbind(0)
+        self._pos = self._state[0::2]  # [2, N]: cart pos, pole angle
+        self._vel = self._state[1::2]  # [2, N]: cart vel, pole vel
+        self._acc = torch.zeros(2, n, device=dev)  # cart acc, pole acc
+        self.force = torch.zeros(n, device=dev)
+        self._force_over_mass = torch.zeros(n, device=dev)
+        self._sin, self._cos, self._temp, self._num = (torch.zeros(n, device=dev) for _ in range(4))
+        self._den = torch.zeros(n, device=dev)
+        self._abs2 = torch.zeros(2, n, device=dev)
+        self._masks = torch.zeros(3, n, device=dev)  # the fused step's float done masks
+        self._reward_dtype = self._state.dtype
+        self._out_of_bounds = torch.zeros(2, n, dtype=torch.bool, device=dev)
+        # |cart| > max_cart_pos, |pole| > pi/2, compared in float32 as the scalar comparison does
+        self._bounds = torch.tensor([[cfg.max_cart_pos], [math.pi / 2]], device=dev)
+        total_mass = cfg.cart_mass + cfg.pole_mass
+        self._total_mass = total_mass
         self._pole_mass_length = cfg.pole_mass * cfg.pole_half_length
+        # folded constants of the classic equations (see _physics_step)
+        self._k_pml_over_m = self._pole_mass_length / total_mass
+        self._den_const = torch.tensor(cfg.pole_half_length * 4.0 / 3.0, device=dev)
+        self._k_den = cfg.pole_half_length * cfg.pole_mass / total_mass
+
+    def _make_fast_step(self) -> Callable[[torch.Tensor], StepResult]:
+        """``step`` as one compiled kernel (``fused_advance``) plus the data-dependent rest of the
+        reset: draw the new pole angles (same generator, same count, same env order as
+        ``_reset_idx``) and scatter them into the state and the observation."""
+        kernel = torch.compile(
+            functools.partial(
+                fused_advance,
+                cfg=self.cfg,
+                physics_dt=self.physics_dt,
+                max_episode_length=self.max_episode_length,
+            ),
+            fullgraph=True,
+            dynamic=False,
+        )
+        low, high = self.cfg.initial_pole_angle_range
+
+        def fast_step(action: torch.Tensor) -> StepResult:
+            # buffers are passed on every call, not bound once: libraries replace some of them
+            # (rsl_rl assigns a new episode_length_buf for init_at_random_ep_len)
+            reward, obs, stats = kernel(
+                action, self._state, self.episode_length_buf, self.episode_return_buf, self._masks
+            )
+            torch.gt(self._masks, 0.5, out=self._done_bufs)  # -> reset_terminated, reset_time_outs, reset_buf
+            self.common_step_counter += 1
+            self.reward_buf = reward
+            self.extras = {}
+            finished = int(stats[0].item())
+            if finished:
+                self.extras["log"] = {"episode_return": stats[1], "episode_length": stats[2]}
+                angles = torch.rand(finished, device=self.device, generator=self.generator)
+                angles.mul_(high - low).add_(low).mul_(math.pi)
+                self.pole_pos.masked_scatter_(self.reset_buf, angles)
+                obs[:, 0].masked_scatter_(self.reset_buf, angles)
+            return {"policy": obs}, reward, self.reset_terminated, self.reset_time_outs, self.extras
+
+        return fast_step
 
     def _pre_physics_step(self, actions: torch.Tensor) -> None:
         torch.mul(actions.reshape(self.num_envs), self.cfg.action_scale, out=self.force)
+        torch.div(self.force, self._total_mass, out=self._force_over_mass)
 
     def _apply_action(self) -> None:
         """The force is held constant over the decimation substeps (zero-order hold)."""
 
     def _physics_step(self) -> None:
-        cfg, dt = self.cfg, self.physics_dt
-        sin, cos = torch.sin(self.pole_pos), torch.cos(self.pole_pos)
-        temp = (self.force + self._pole_mass_length * self.pole_vel.square() * sin) / self._total_mass
-        pole_acc = (cfg.gravity * sin - cos * temp) / (
-            cfg.pole_half_length * (4.0 / 3.0 - cfg.pole_mass * cos.square() / self._total_mass)
-        )
-        cart_acc = temp - self._pole_mass_length * pole_acc * cos / self._total_mass
-        # explicit Euler: positions advance with the old velocities
-        self.cart_pos.add_(self.cart_vel, alpha=dt)
-        self.pole_pos.add_(self.pole_vel, alpha=dt)
-        self.cart_vel.add_(cart_acc, alpha=dt)
-        self.pole_vel.add_(pole_acc, alpha=dt)
+        """One explicit-Euler substep of the classic cart-pole (Barto et al.; gymnasium's CartPole):
+
+        temp     = (F + m_p l θ̇² sin θ) / M
+        θ̈        = (g sin θ − cos θ · temp) / (l (4/3 − m_p cos² θ / M))
+        ẍ        = temp − m_p l θ̈ cos θ / M
+        x, θ    += dt · (ẋ, θ̇)   (old velocities), then  ẋ, θ̇ += dt · (ẍ, θ̈)
+        """
+        dt, sin, cos, temp, num, den = self.physics_dt, self._sin, self._cos, self._temp, self._num, self._den
+        pole_vel, cart_acc, pole_acc = self.pole_vel, self._acc[0], self._acc[1]
+        torch.sin(self.pole_pos, out=sin)
+        torch.cos(self.pole_pos, out=cos)
+        torch.mul(pole_vel, pole_vel, out=temp)
+        torch.addcmul(self._force_over_mass, temp, sin, value=self._k_pml_over_m, out=temp)
+        torch.mul(sin, self.cfg.gravity, out=num)
+        num.addcmul_(cos, temp, value=-1.0)
+        torch.addcmul(self._den_const, cos, cos, value=-self._k_den, out=den)
+        torch.div(num, den, out=pole_acc)
+        torch.addcmul(temp, pole_acc, cos, value=-self._k_pml_over_m, out=cart_acc)
+        self._pos.add_(self._vel, alpha=dt)
+        self._vel.add_(self._acc, alpha=dt)
 
     def _get_observations(self) -> dict[str, torch.Tensor]:
-        return {"policy": self.state[:, [2, 3, 0, 1]]}
+        # a fresh [N, 4] tensor each step (libraries keep the previous observation)
+        return {"policy": torch.stack((self.pole_pos, self.pole_vel, self.cart_pos, self.cart_vel), dim=1)}
 
     def _get_rewards(self) -> torch.Tensor:
         cfg = self.cfg
-        terminated = self.reset_terminated.float()
-        return (
-            cfg.rew_scale_alive * (1.0 - terminated)
-            + cfg.rew_scale_terminated * terminated
-            + cfg.rew_scale_pole_pos * self.pole_pos.square()
-            + cfg.rew_scale_cart_vel * self.cart_vel.abs()
-            + cfg.rew_scale_pole_vel * self.pole_vel.abs()
-        )
+        # alive bonus, or the termination penalty instead of it (a fresh tensor: it is returned);
+        # t * (terminated - alive) + alive is exact for t in {0, 1}, and cheaper than torch.where
+        reward = self.reset_terminated.to(self._reward_dtype)
+        reward.mul_(cfg.rew_scale_terminated - cfg.rew_scale_alive).add_(cfg.rew_scale_alive)
+        reward.addcmul_(self.pole_pos, self.pole_pos, value=cfg.rew_scale_pole_pos)
+        torch.abs(self._vel, out=self._abs2)
+        reward.add_(self._abs2[0], alpha=cfg.rew_scale_cart_vel)
+        reward.add_(self._abs2[1], alpha=cfg.rew_scale_pole_vel)
+        return reward
 
     def _get_dones(self) -> tuple[torch.Tensor, torch.Tensor]:
-        time_out = self.episode_length_buf >= self.max_episode_length - 1
-        out_of_bounds = (self.cart_pos.abs() > self.cfg.max_cart_pos) | (self.pole_pos.abs() > math.pi / 2)
-        return out_of_bounds, time_out
+        torch.ge(self.episode_length_buf, self.max_episode_length - 1, out=self.reset_time_outs)
+        torch.abs(self._pos, out=self._abs2)
+        torch.gt(self._abs2, self._bounds, out=self._out_of_bounds)
+        torch.logical_or(self._out_of_bounds[0], self._out_of_bounds[1], out=self.reset_terminated)
+        return self.reset_terminated, self.reset_time_outs
 
     def _reset_idx(self, env_ids: torch.Tensor) -> None:
         super()._reset_idx(env_ids)
         low, high = self.cfg.initial_pole_angle_range
         angles = torch.rand(len(env_ids), device=self.device, generator=self.generator)
-        new_state = torch.zeros(len(env_ids), 4, device=self.device)
-        new_state[:, 2] = (low + (high - low) * angles) * math.pi
-        self.state[env_ids] = new_state
+        angles.mul_(high - low).add_(low).mul_(math.pi)  # (low + (high - low) * u) * pi, in float32
+        self._state.index_fill_(1, env_ids, 0.0)
+        self._state[2].index_copy_(0, env_ids, angles)
