@@ -24,10 +24,10 @@ A task may also offer a fused step (``_make_fast_step``): the same computation w
 pure element-wise function and handed to ``torch.compile``, which fuses it into one C++ (CPU) or
 Triton (GPU) kernel. Turn it on with ``cfg.compile_step = True`` or ``ISLAB_ENV_COMPILE=1``. It is
 opt-in because the first compile takes seconds to tens of seconds (cached in /tmp/torchinductor_*
-afterwards) and each call pays ~20 µs of torch.compile overhead, so it only wins at thousands of
-envs; if compiling fails the env warns and stays eager. It runs the same equations and draws the
-same random numbers in the same order, so it returns what the hooks return up to float rounding
-(``tests/test_envs.py`` checks it).
+afterwards); each call also pays 15-30 µs of torch.compile's own overhead (guards, wrappers), the
+largest single cost left at 4096 envs on a CPU. If compiling fails the env warns and stays eager.
+It runs the same equations and draws the same random numbers in the same order, so it returns
+what the hooks return up to float rounding (``tests/test_envs.py`` checks it).
 
 ``_physics_step`` stands in for ``sim.step()``: Isaac Lab advances PhysX there; our tasks
 integrate their own equations. Anything that accepts an Isaac Lab task (skrl's

@@ -12,7 +12,7 @@ tensor, one contiguous row per quantity (cart pos, cart vel, pole angle, pole ve
 and velocities are two strided [2, N] views and each Euler update is one op for both bodies;
 ``env.state`` is its [N, 4] transpose (columns as before). Every hook writes into buffers
 allocated once, with fused ``addcmul``-style ops and constants folded at setup: a physics
-substep is 11 ops, dones 4, rewards 5. ``F / M`` is formed once per policy step, not per substep.
+substep is 11 ops, dones 4, rewards 7. ``F / M`` is formed once per policy step, not per substep.
 """
 
 from __future__ import annotations

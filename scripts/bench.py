@@ -1,0 +1,1007 @@
+"""islab-train benchmark suite (issue 5): environment speed, training speed, scaling, start-up.
+
+    python scripts/bench.py                      # full CPU run (~15 min on a 2-core machine)
+    python scripts/bench.py --quick              # tiny sizes, one run: the CI smoke test
+    python scripts/bench.py --out docs/benchmarks.md --json docs/benchmarks.json
+    python scripts/bench.py --device cuda        # the GPU sections (env up to 262144 envs, NCCL)
+
+Every env and CLI number is the median of ``--runs`` runs (5 by default). Training numbers are
+the median of ``--train-runs`` launches (3 by default), each measuring 3-6 iterations after its
+warm-up, and time-to-solve the median of ``--tts-runs`` launches (2): every launch pays ~10-15 s of
+process start-up on a 2-core machine, and five launches of each of the 15 training configurations
+would take ~30 minutes (pass ``--train-runs 5 --tts-runs 5`` for that). Where two things are
+compared, their runs are interleaved (A B A B ..., not A A A B B B), so a change of machine load
+hits both sides alike. The machine, the versions, the load average before and after, and the exact commands go
+into the report: on a shared machine, read ratios, not absolute numbers.
+
+What each section measures, and why that way
+--------------------------------------------
+1. **Env step throughput** (env steps/s = num_envs x steps / wall time). Our ``Islab-Cartpole-v0``
+   against gymnasium's numpy-vectorized CartPole (``make_vec(..., "vector_entry_point")``), in one
+   process, one thread (torch and BLAS pinned to 1), random actions drawn beforehand (so RNG cost
+   is not measured), at 256-16384 envs. Variants: ``naive`` (the pre-issue-5 eager step, kept
+   here as the before-picture), ``eager`` (the default step: fewer ops, buffers, in place) and
+   ``compiled`` (``ISLAB_ENV_COMPILE=1``: the fused torch.compile kernel; first-call compile time
+   reported separately). Our step does 2 physics substeps (decimation 2) plus auto-reset; gymnasium
+   does 1 plus auto-reset, so per simulated second ours does more. It runs in a child process
+   without OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE (they slow numpy on this kind of machine), and
+   records the BLAS kernel numpy uses (threadpoolctl).
+2. **Training throughput** per library: env steps/s including learning, 1 rank x 1 thread
+   (``ISLAB_THREADS_PER_RANK=1``), 4096 envs, through the real ``islab-train``, from
+   ``progress.jsonl`` after skipping warm-up iterations (start-up, JIT). The **env share** is the
+   time inside ``env.step`` divided by iteration time over the same window, measured by a probe in
+   the rank (``scripts/bench_hooks``: sitecustomize wraps ``DirectRLEnv.step``).
+3. **Scaling efficiency**: total steps/s of 2 ranks x 1 thread / (2 x 1 rank x 1 thread), same
+   envs per rank (weak scaling), each library, runs interleaved 1-rank/2-rank. On a 2-core machine
+   2 ranks use every core, so anything else running (the OS, other users) is taken from them.
+4. **Gradient-sync overhead**: at 2 ranks, time inside collectives (``torch.distributed``
+   all_reduce/broadcast/..., skrl-JAX's reduce/broadcast) / iteration time, per rank; the time
+   includes waiting for the slower rank, which is how the library experiences it.
+5. **Time to solve** (rsl_rl): training time until the logged mean episode return reaches 270,
+   1 rank vs 2 ranks, weak (same envs per rank: 2x samples per update) and strong scaling (same
+   total envs split across ranks: same samples per update, half per rank). ``--max-iterations``
+   counts updates per run, so with weak scaling 2 ranks consume twice the samples. Time is
+   ``time_s`` of ``progress.jsonl`` (from the start of training; process start-up excluded). A run
+   stops as soon as the threshold is reached.
+6. **Command-line latency**: wall time of ``islab-train --lib rsl_rl --device cpu --nproc 2
+   --dry-run`` vs ``python -c "import torch"``, interleaved; the launcher must not import torch.
+7. **GPU** (``--device cuda``): env steps/s at 4096-262144 envs; training steps/s per library at
+   4096 envs per GPU over NCCL with all visible GPUs, beside Isaac Lab's published Cartpole figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+HOOKS = ROOT / "scripts" / "bench_hooks"
+TASK = "Islab-Cartpole-v0"
+SOLVED_RETURN = 270.0
+SECTIONS = ("env", "train", "tts", "cli")
+
+# (lib, ml_framework) -> label; the order is the order of the report
+LIBS: dict[str, tuple[str, str]] = {
+    "rsl_rl": ("rsl_rl", "torch"),
+    "rl_games": ("rl_games", "torch"),
+    "skrl-torch": ("skrl", "torch"),
+    "skrl-jax": ("skrl", "jax"),
+}
+# warm-up iterations skipped, then measured iterations; an iteration is 16 (rsl_rl, rl_games)
+# or 32 (skrl) env steps per env. skrl-JAX JIT-compiles during its first two iterations.
+ITERATIONS: dict[str, tuple[int, int]] = {
+    "rsl_rl": (2, 6),
+    "rl_games": (2, 6),
+    "skrl-torch": (1, 4),
+    "skrl-jax": (2, 3),
+}
+GOALS = {
+    "env_vs_gym_4096": 2.0,
+    "env_share": 0.10,
+    "scaling": 0.95,
+    "sync_share": 0.05,
+    "strong_tts_ratio": 0.6,
+    "cli_ratio": 0.3,
+    "gpu_env_steps": 1e9,
+}
+ISAAC_LAB_PUBLISHED = "Isaac Lab Cartpole-Direct, rl_games, 4096 envs: 1x L40 260k, RTX 4090 510k env steps/s"
+
+
+# --------------------------------------------------------------------------------------------
+# small helpers
+
+
+def median(values: Iterable[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return statistics.median(kept) if kept else None
+
+
+def load_average() -> list[float]:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
+
+
+def fmt_rate(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    if value >= 1e6:
+        return f"{value / 1e6:.2f}M"
+    if value >= 1e3:
+        return f"{value / 1e3:.1f}k"
+    return f"{value:.0f}"
+
+
+def fmt(value: float | None, digits: int = 2, suffix: str = "") -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}{suffix}"
+
+
+def verdict(value: float | None, goal: float, higher_is_better: bool) -> str:
+    if value is None:
+        return "n/a"
+    met = value >= goal if higher_is_better else value <= goal
+    return "met" if met else "**MISSED**"
+
+
+def package_versions() -> dict[str, str]:
+    from importlib import metadata
+
+    versions = {"python": platform.python_version()}
+    for name in ("torch", "numpy", "gymnasium", "rsl-rl-lib", "rl-games", "skrl", "jax", "islab-train"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def machine_info() -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    info: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform()}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                info["memory_gib"] = round(int(line.split()[1]) / 2**20, 1)
+    return info
+
+
+def islab_train() -> list[str]:
+    script = Path(sys.executable).parent / "islab-train"
+    return [str(script)] if script.exists() else [sys.executable, "-c", "from islab.cli import main; main()"]
+
+
+# --------------------------------------------------------------------------------------------
+# 1 + 7a: env step throughput (runs in a child process: clean BLAS variables, one thread)
+
+
+def naive_cartpole_class() -> type:
+    """The Cartpole step as it was before issue 5 (eager, allocating, index-put resets): the
+    before-picture. Same equations; subclassing keeps the state layout of the current env."""
+    import math
+
+    import torch
+
+    from islab.envs.cartpole import CartpoleEnv
+
+    class NaiveCartpole(CartpoleEnv):
+        def step(self, action: torch.Tensor) -> Any:
+            self._pre_physics_step(action.to(self.device))
+            for _ in range(self.cfg.decimation):
+                self._apply_action()
+                self._physics_step()
+            self.episode_length_buf += 1
+            self.common_step_counter += 1
+            terminated, truncated = self._get_dones()
+            self.reset_terminated.copy_(terminated)
+            self.reset_time_outs.copy_(truncated)
+            torch.logical_or(terminated, truncated, out=self.reset_buf)
+            self.reward_buf = self._get_rewards()
+            self.episode_return_buf += self.reward_buf
+            self.extras = {}
+            ids = self.reset_buf.nonzero(as_tuple=False).squeeze(-1)
+            if ids.numel() > 0:
+                self.extras["log"] = {
+                    "episode_return": self.episode_return_buf[ids].mean(),
+                    "episode_length": self.episode_length_buf[ids].float().mean(),
+                }
+                self._reset_idx(ids)
+            return self._get_observations(), self.reward_buf, self.reset_terminated, self.reset_time_outs, self.extras
+
+        def _pre_physics_step(self, actions: torch.Tensor) -> None:
+            self.force = actions.reshape(self.num_envs) * self.cfg.action_scale
+
+        def _physics_step(self) -> None:
+            cfg, dt = self.cfg, self.physics_dt
+            sin, cos = torch.sin(self.pole_pos), torch.cos(self.pole_pos)
+            temp = (self.force + self._pole_mass_length * self.pole_vel.square() * sin) / self._total_mass
+            pole_acc = (cfg.gravity * sin - cos * temp) / (
+                cfg.pole_half_length * (4.0 / 3.0 - cfg.pole_mass * cos.square() / self._total_mass)
+            )
+            cart_acc = temp - self._pole_mass_length * pole_acc * cos / self._total_mass
+            self.cart_pos.add_(self.cart_vel, alpha=dt)
+            self.pole_pos.add_(self.pole_vel, alpha=dt)
+            self.cart_vel.add_(cart_acc, alpha=dt)
+            self.pole_vel.add_(pole_acc, alpha=dt)
+
+        def _get_observations(self) -> dict[str, torch.Tensor]:
+            return {"policy": self.state[:, [2, 3, 0, 1]]}
+
+        def _get_rewards(self) -> torch.Tensor:
+            cfg = self.cfg
+            terminated = self.reset_terminated.float()
+            return (
+                cfg.rew_scale_alive * (1.0 - terminated)
+                + cfg.rew_scale_terminated * terminated
+                + cfg.rew_scale_pole_pos * self.pole_pos.square()
+                + cfg.rew_scale_cart_vel * self.cart_vel.abs()
+                + cfg.rew_scale_pole_vel * self.pole_vel.abs()
+            )
+
+        def _get_dones(self) -> tuple[torch.Tensor, torch.Tensor]:
+            time_out = self.episode_length_buf >= self.max_episode_length - 1
+            out_of_bounds = (self.cart_pos.abs() > self.cfg.max_cart_pos) | (self.pole_pos.abs() > math.pi / 2)
+            return out_of_bounds, time_out
+
+        def _reset_idx(self, env_ids: torch.Tensor) -> None:
+            self.episode_length_buf[env_ids] = 0
+            self.episode_return_buf[env_ids] = 0.0
+            low, high = self.cfg.initial_pole_angle_range
+            angles = torch.rand(len(env_ids), device=self.device, generator=self.generator)
+            new_state = torch.zeros(len(env_ids), 4, device=self.device)
+            new_state[:, 2] = (low + (high - low) * angles) * math.pi
+            self.state[env_ids] = new_state
+
+    return NaiveCartpole
+
+
+def env_child(config: dict[str, Any]) -> dict[str, Any]:
+    """Measure env steps/s for every (size, variant), ``runs`` times, interleaved."""
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(1)
+    blas: list[dict[str, Any]] = []
+    limiter: Any = contextlib.nullcontext()
+    try:
+        import threadpoolctl
+
+        limiter = threadpoolctl.threadpool_limits(1)
+        blas = [
+            {k: v for k, v in pool.items() if k in ("internal_api", "version", "architecture", "num_threads")}
+            for pool in threadpoolctl.threadpool_info()
+        ]
+    except ImportError:
+        blas = [{"note": "threadpoolctl not installed; BLAS kernel not recorded"}]
+
+    from islab.envs.cartpole import CartpoleEnv, CartpoleEnvCfg
+
+    device, sizes, variants = config["device"], config["sizes"], config["variants"]
+    runs, target = config["runs"], config["target_env_steps"]
+    naive_cls = naive_cartpole_class()
+    sync: Callable[[], None] = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+
+    steppers: dict[tuple[str, int], Callable[[int], None]] = {}
+    compile_s: dict[int, float] = {}
+    for size in sizes:
+        bank = torch.rand(8, size, 1, device=device) * 2 - 1
+        for variant in variants:
+            if variant == "gymnasium":
+                import gymnasium
+
+                vec = gymnasium.make_vec("CartPole-v1", num_envs=size, vectorization_mode="vector_entry_point")
+                vec.reset(seed=0)
+                np_bank = np.random.default_rng(0).integers(0, 2, size=(8, size))
+
+                def gym_step(i: int, vec: Any = vec, np_bank: Any = np_bank) -> None:
+                    vec.step(np_bank[i & 7])
+
+                steppers[variant, size] = gym_step
+                continue
+            if variant == "naive":
+                env = naive_cls(CartpoleEnvCfg(num_envs=size, seed=0, compile_step=False), device=device)
+            else:
+                env = CartpoleEnv(CartpoleEnvCfg(num_envs=size, seed=0, compile_step=variant == "compiled"), device)
+            env.reset()
+            if variant == "compiled":
+                started = time.perf_counter()
+                env.step(bank[0])
+                sync()
+                compile_s[size] = time.perf_counter() - started
+                if not env.compiled:
+                    compile_s[size] = float("nan")
+
+            def torch_step(i: int, env: Any = env, bank: Any = bank) -> None:
+                env.step(bank[i & 7])
+
+            steppers[variant, size] = torch_step
+
+    samples: dict[str, dict[int, list[float]]] = {v: {s: [] for s in sizes} for v in variants}
+    with limiter:
+        for run in range(runs):
+            for size in sizes:
+                steps = max(20, target // size)
+                order = variants[run % len(variants) :] + variants[: run % len(variants)]  # rotate who goes first
+                for variant in order:
+                    step = steppers[variant, size]
+                    for i in range(5):
+                        step(i)
+                    sync()
+                    started = time.perf_counter()
+                    for i in range(steps):
+                        step(i)
+                    sync()
+                    samples[variant][size].append(size * steps / (time.perf_counter() - started))
+    return {
+        "blas": blas,
+        "torch_threads": torch.get_num_threads(),
+        "compile_s": {str(k): v for k, v in compile_s.items()},
+        "samples": {v: {str(s): xs for s, xs in by_size.items()} for v, by_size in samples.items()},
+    }
+
+
+def run_env_section(opts: Options) -> dict[str, Any]:
+    variants = ["naive", "eager"] + (["compiled"] if opts.compile else [])
+    if opts.device == "cpu":
+        variants = ["gymnasium", *variants]
+    config = {
+        "device": opts.device,
+        "sizes": opts.env_sizes,
+        "variants": variants,
+        "runs": opts.runs,
+        "target_env_steps": opts.env_target_steps,
+    }
+    env = dict(os.environ)
+    removed = [name for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if env.pop(name, None) is not None]
+    env.update({"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    with tempfile.TemporaryDirectory() as tmp:
+        config_path, out_path = Path(tmp, "config.json"), Path(tmp, "out.json")
+        config_path.write_text(json.dumps(config))
+        command = [sys.executable, str(Path(__file__).resolve()), "--env-child", str(config_path), str(out_path)]
+        subprocess.run(command, env=env, check=True, cwd=ROOT)
+        result = json.loads(out_path.read_text())
+    result["openblas_variables_removed"] = removed
+    result["variants"] = variants
+    result["sizes"] = opts.env_sizes
+    result["median"] = {v: {s: median(xs) for s, xs in by_size.items()} for v, by_size in result["samples"].items()}
+    if "gymnasium" in result["median"]:
+        gym = result["median"]["gymnasium"]
+        result["ratio_vs_gym"] = {
+            v: {s: (x / gym[s] if x and gym.get(s) else None) for s, x in by_size.items()}
+            for v, by_size in result["median"].items()
+            if v != "gymnasium"
+        }
+        # ratio per interleaved run, then its median: robust to load changes between runs
+        result["ratio_vs_gym_paired"] = {
+            v: {
+                s: median(
+                    a / b for a, b in zip(result["samples"][v][s], result["samples"]["gymnasium"][s], strict=True)
+                )
+                for s in result["samples"][v]
+            }
+            for v in result["median"]
+            if v != "gymnasium"
+        }
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# 2-5 + 7b: training through the real launcher
+
+
+@dataclass
+class LaunchResult:
+    label: str
+    nproc: int
+    num_envs: int
+    returncode: int
+    wall_s: float
+    run_dir: str | None
+    progress: list[dict[str, Any]] = field(default_factory=list)
+    timings: dict[int, dict[str, Any]] = field(default_factory=dict)
+    log: str = ""
+
+    def window(self, warmup: int) -> tuple[float, float, int] | None:
+        """(start, end, env steps) over the iterations after ``warmup``, from progress.jsonl."""
+        if len(self.progress) <= warmup or warmup < 1:
+            return None
+        first, last = self.progress[warmup - 1], self.progress[-1]
+        return first["time_s"], last["time_s"], last["env_steps"] - first["env_steps"]
+
+    def steps_per_s(self, warmup: int) -> float | None:
+        window = self.window(warmup)
+        if window is None or window[1] <= window[0]:
+            return None
+        return window[2] / (window[1] - window[0])
+
+    def share(self, bucket: str, warmup: int, rank: int = 0) -> float | None:
+        """Fraction of the post-warm-up iterations spent in ``bucket`` calls, on ``rank``."""
+        timing = self.timings.get(rank)
+        if not timing or len(timing["iteration_end"]) <= warmup:
+            return None
+        start, end = timing["iteration_end"][warmup - 1], timing["iteration_end"][-1]
+        inside = sum(d for s, d, _ in timing[bucket] if start <= s < end)
+        return inside / (end - start) if end > start else None
+
+    def sync_floor(self, warmup: int, rank: int = 0) -> float | None:
+        """Lower bound of the pure transfer cost of the collectives: for each kind of call, count x
+        its fastest call (a call that did not wait for the other rank), / iteration time. The
+        difference to ``share("collective")`` is time spent waiting for the slower rank."""
+        timing = self.timings.get(rank)
+        if not timing or len(timing["iteration_end"]) <= warmup:
+            return None
+        start, end = timing["iteration_end"][warmup - 1], timing["iteration_end"][-1]
+        by_name: dict[str, list[float]] = {}
+        for s, d, name in timing["collective"]:
+            if start <= s < end:
+                by_name.setdefault(name, []).append(d)
+        return sum(len(v) * min(v) for v in by_name.values()) / (end - start) if end > start else None
+
+    def cpu_use(self, warmup: int, rank: int = 0) -> float | None:
+        """CPU time / wall time of ``rank`` over the measured iterations (1.0 = a full core)."""
+        timing = self.timings.get(rank)
+        if not timing or len(timing.get("iteration_cpu", [])) <= warmup:
+            return None
+        wall = timing["iteration_end"][-1] - timing["iteration_end"][warmup - 1]
+        return (timing["iteration_cpu"][-1] - timing["iteration_cpu"][warmup - 1]) / wall if wall > 0 else None
+
+    def time_to_return(self, threshold: float) -> float | None:
+        for record in self.progress:
+            if record.get("mean_return") is not None and record["mean_return"] >= threshold:
+                return record["time_s"]
+        return None
+
+
+def read_progress(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "progress.jsonl"
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            records.append(json.loads(line))
+    return records
+
+
+def launch_command(opts: Options, label: str, nproc: int, num_envs: int, iterations: int, **kw: Any) -> list[str]:
+    lib, framework = LIBS[label]
+    command = [*islab_train(), "--lib", lib, "--ml-framework", framework, "--task", TASK]
+    if opts.device == "cuda":
+        command += ["--gpus", str(nproc)]
+    else:
+        command += ["--device", "cpu", "--nproc", str(nproc)]
+    command += ["--num-envs", str(num_envs), "--max-iterations", str(iterations)]
+    command += ["--seed", str(kw.get("seed", 42)), "--log-dir", str(kw["log_dir"]), "--run-name", kw["run_name"]]
+    return command
+
+
+def launch(
+    opts: Options,
+    label: str,
+    nproc: int,
+    num_envs: int,
+    iterations: int,
+    *,
+    seed: int = 42,
+    stop_at_return: float | None = None,
+    timeout_s: float = 600.0,
+) -> LaunchResult:
+    """Run ``islab-train`` once with the probe on PYTHONPATH; stop early once ``stop_at_return``
+    is logged (SIGTERM to the launcher, which forwards it to the ranks)."""
+    opts.launch_counter += 1
+    run_name = f"bench{opts.launch_counter}"
+    log_dir = Path(opts.work_dir) / "logs"
+    timings_dir = Path(opts.work_dir) / "timings" / run_name
+    command = launch_command(opts, label, nproc, num_envs, iterations, seed=seed, log_dir=log_dir, run_name=run_name)
+    shown = ["islab-train", *command[len(islab_train()) :]]
+    shown[shown.index("--log-dir") + 1] = "<work-dir>/logs"
+    opts.commands.setdefault(f"train {label} nproc={nproc} envs={num_envs}", " ".join(shown))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HOOKS), env.get("PYTHONPATH", "")) if p)
+    env["ISLAB_BENCH_TIMINGS"] = str(timings_dir)
+    env["ISLAB_THREADS_PER_RANK"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    log_path = Path(opts.work_dir) / f"{run_name}.log"
+    started = time.perf_counter()
+    run_dir: Path | None = None
+    with open(log_path, "w", encoding="utf-8") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=opts.work_dir)
+        stopped = False
+        while process.poll() is None:
+            time.sleep(0.25)
+            if run_dir is None:
+                found = sorted((log_dir / LIBS[label][0] / TASK).glob(f"*_{run_name}"))
+                run_dir = found[-1] if found else None
+            elapsed = time.perf_counter() - started
+            reached = (
+                stop_at_return is not None
+                and run_dir is not None
+                and any((r.get("mean_return") or -1e9) >= stop_at_return for r in read_progress(run_dir))
+            )
+            if (reached or elapsed > timeout_s) and not stopped:
+                process.send_signal(signal.SIGTERM)  # our child; the launcher forwards it to its ranks
+                stopped = True
+                stop_time = time.perf_counter()
+            if stopped and time.perf_counter() - stop_time > 30:
+                process.kill()
+                break
+        returncode = process.wait()
+    wall = time.perf_counter() - started
+    if run_dir is None:
+        found = sorted((log_dir / LIBS[label][0] / TASK).glob(f"*_{run_name}"))
+        run_dir = found[-1] if found else None
+    result = LaunchResult(label, nproc, num_envs, returncode, wall, str(run_dir) if run_dir else None)
+    if run_dir is not None:
+        result.progress = read_progress(run_dir)
+    for path in timings_dir.glob("rank_*.json"):
+        data = json.loads(path.read_text())
+        result.timings[int(data["rank"])] = data
+    result.log = log_path.read_text(encoding="utf-8", errors="replace")[-3000:]
+    if returncode != 0 and not (stop_at_return is not None and stopped):
+        print(f"[bench] {label} nproc={nproc} exited {returncode}; log tail:\n{result.log}", file=sys.stderr)
+    return result
+
+
+def run_training_sections(opts: Options) -> dict[str, Any]:
+    """Sections 2-4: for each run, for each library, 1 rank then 2 ranks (interleaved)."""
+    out: dict[str, Any] = {"libs": {}, "num_envs": opts.train_envs, "nproc": opts.scale_nproc}
+    raw: dict[str, dict[int, list[LaunchResult]]] = {lib: {1: [], opts.scale_nproc: []} for lib in opts.libs}
+    for run in range(opts.train_runs):
+        for lib in opts.libs:
+            warmup, measured = opts.iterations[lib]
+            for nproc in (1, opts.scale_nproc):
+                print(f"[bench] train run {run + 1}/{opts.train_runs}: {lib} x{nproc} rank(s)", file=sys.stderr)
+                raw[lib][nproc].append(launch(opts, lib, nproc, opts.train_envs, warmup + measured))
+    for lib in opts.libs:
+        warmup, measured = opts.iterations[lib]
+        one, many = raw[lib][1], raw[lib][opts.scale_nproc]
+        sps1 = [r.steps_per_s(warmup) for r in one]
+        spsn = [r.steps_per_s(warmup) for r in many]
+        n = opts.scale_nproc
+        paired = [a / (n * b) if a and b else None for a, b in zip(spsn, sps1, strict=True)]
+        out["libs"][lib] = {
+            "warmup_iterations": warmup,
+            "measured_iterations": measured,
+            "steps_per_s_1rank": sps1,
+            "steps_per_s_nrank": spsn,
+            "env_share_1rank": [r.share("env_step", warmup) for r in one],
+            "env_share_nrank": [r.share("env_step", warmup) for r in many],
+            "sync_share_rank0": [r.share("collective", warmup, 0) for r in many],
+            "sync_share_rank1": [r.share("collective", warmup, 1) for r in many],
+            "returncodes": [r.returncode for r in one + many],
+            "median": {
+                "steps_per_s_1rank": median(sps1),
+                "steps_per_s_nrank": median(spsn),
+                "scaling": (median(spsn) / (n * median(sps1))) if median(spsn) and median(sps1) else None,
+                "scaling_paired": median(paired),
+                "env_share_1rank": median(r.share("env_step", warmup) for r in one),
+                "env_share_nrank": median(r.share("env_step", warmup) for r in many),
+                "sync_share": median(_worst_rank_share(r, warmup) for r in many),
+                "sync_floor_share": median(_worst(r.sync_floor(warmup, k) for k in r.timings) for r in many),
+                "cpu_use_1rank": median(r.cpu_use(warmup, 0) for r in one),
+                "cpu_use_nrank": median(
+                    statistics.mean(x)
+                    if (x := [v for k in r.timings if (v := r.cpu_use(warmup, k)) is not None])
+                    else None
+                    for r in many
+                ),
+            },
+        }
+    return out
+
+
+def run_time_to_solve(opts: Options) -> dict[str, Any]:
+    """Section 5: A = 1 x n, B = 2 x n (weak vs A), C = 1 x 2n (strong: B splits C's envs)."""
+    n, lib = opts.tts_envs, opts.tts_lib
+    configs = {"1 rank x n": (1, n), f"{opts.scale_nproc} ranks x n": (opts.scale_nproc, n)}
+    configs[f"1 rank x {opts.scale_nproc}n"] = (1, opts.scale_nproc * n)
+    times: dict[str, list[float | None]] = {k: [] for k in configs}
+    iterations: dict[str, list[int | None]] = {k: [] for k in configs}
+    for run in range(opts.tts_runs):
+        for name, (nproc, envs) in configs.items():
+            print(f"[bench] time-to-solve run {run + 1}/{opts.tts_runs}: {name}", file=sys.stderr)
+            result = launch(
+                opts,
+                lib,
+                nproc,
+                envs,
+                opts.tts_max_iterations,
+                seed=100 + run,
+                stop_at_return=SOLVED_RETURN,
+                timeout_s=opts.tts_timeout_s,
+            )
+            solved = result.time_to_return(SOLVED_RETURN)
+            times[name].append(solved)
+            iterations[name].append(
+                next((r["iteration"] for r in result.progress if (r.get("mean_return") or -1e9) >= SOLVED_RETURN), None)
+            )
+    a, b, c = (median(times[k]) for k in configs)
+    return {
+        "lib": lib,
+        "envs_per_rank": n,
+        "threshold": SOLVED_RETURN,
+        "max_iterations": opts.tts_max_iterations,
+        "configs": {k: {"nproc": v[0], "num_envs": v[1]} for k, v in configs.items()},
+        "time_s": times,
+        "iterations": iterations,
+        "median_time_s": {k: median(v) for k, v in times.items()},
+        "weak_ratio": b / a if a and b else None,
+        "strong_ratio": b / c if b and c else None,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# 6: command-line latency
+
+
+def run_cli_latency(opts: Options) -> dict[str, Any]:
+    dry_run = [*islab_train(), "--lib", "rsl_rl", "--device", "cpu", "--nproc", "2", "--dry-run"]
+    import_torch = [sys.executable, "-c", "import torch"]
+    opts.commands["cli dry-run"] = "islab-train " + " ".join(dry_run[len(islab_train()) :])
+    opts.commands["import torch"] = 'python -c "import torch"'
+    samples: dict[str, list[float]] = {"dry_run": [], "import_torch": []}
+
+    def timed(command: list[str]) -> float:
+        started = time.perf_counter()
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=opts.work_dir)
+        return time.perf_counter() - started
+
+    timed(dry_run), timed(import_torch)  # warm the page cache for both
+    for _ in range(opts.runs):
+        samples["dry_run"].append(timed(dry_run))
+        samples["import_torch"].append(timed(import_torch))
+    a, b = median(samples["dry_run"]), median(samples["import_torch"])
+    return {
+        "samples_s": samples,
+        "median_s": {"dry_run": a, "import_torch": b},
+        "ratio": a / b if a and b else None,
+        "ratio_paired": median(x / y for x, y in zip(samples["dry_run"], samples["import_torch"], strict=True)),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# options and report
+
+
+@dataclass
+class Options:
+    device: str
+    runs: int
+    train_runs: int
+    tts_runs: int
+    env_sizes: list[int]
+    env_target_steps: int
+    compile: bool
+    libs: list[str]
+    train_envs: int
+    scale_nproc: int
+    iterations: dict[str, tuple[int, int]]
+    tts_lib: str
+    tts_envs: int
+    tts_max_iterations: int
+    tts_timeout_s: float
+    sections: list[str]
+    work_dir: str = ""
+    quick: bool = False
+    launch_counter: int = 0
+    commands: dict[str, str] = field(default_factory=dict)
+
+
+def build_options(args: argparse.Namespace) -> Options:
+    cuda = args.device == "cuda"
+    if args.quick:
+        opts = Options(
+            device=args.device,
+            runs=args.runs or 1,
+            train_runs=args.runs or 1,
+            tts_runs=1,
+            env_sizes=[64, 256],
+            env_target_steps=20_000,
+            compile=args.compile is True,
+            libs=args.libs or ["rsl_rl"],
+            train_envs=64,
+            scale_nproc=2,
+            iterations={k: (1, 2) for k in LIBS},
+            tts_lib="rsl_rl",
+            tts_envs=64,
+            tts_max_iterations=2,
+            tts_timeout_s=120,
+            sections=args.sections or list(SECTIONS),
+            quick=True,
+        )
+    else:
+        gpus = 1
+        if cuda:
+            import torch
+
+            gpus = max(1, torch.cuda.device_count())
+        opts = Options(
+            device=args.device,
+            runs=args.runs or 5,
+            train_runs=args.train_runs or 3,
+            tts_runs=args.tts_runs or 2,
+            env_sizes=[4096, 16384, 65536, 262144] if cuda else [256, 1024, 4096, 16384],
+            env_target_steps=50_000_000 if cuda else 4_000_000,
+            compile=args.compile is not False,
+            libs=args.libs or list(LIBS),
+            train_envs=4096,
+            scale_nproc=gpus if cuda else 2,
+            iterations=dict(ITERATIONS),
+            tts_lib="rsl_rl",
+            tts_envs=args.tts_envs or (4096 if cuda else 1024),
+            tts_max_iterations=150,
+            tts_timeout_s=180,
+            sections=args.sections or (["env", "train", "cli"] if cuda and gpus < 2 else list(SECTIONS)),
+        )
+    return opts
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    lines: list[str] = []
+    add = lines.append
+    meta = report["meta"]
+    add("# islab-train benchmarks")
+    add("")
+    add(f"Generated by `{meta['command']}` on {meta['date']} ({'quick smoke run' if meta['quick'] else 'full run'}).")
+    add("How each number is measured, and why that way: the docstring of `scripts/bench.py`.")
+    add("")
+    add("## Machine and versions")
+    add("")
+    m = meta["machine"]
+    add(f"- CPU: {m.get('cpu')}, {m.get('cores')} logical cores, {m.get('memory_gib', '?')} GiB; {m.get('platform')}")
+    add(f"- device: {meta['device']}")
+    add(f"- load average (1/5/15 min) at start {meta['load_start']}, at end {meta['load_end']}")
+    if meta.get("shared_note"):
+        add(f"- {meta['shared_note']}")
+    add("- versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()))
+    add(
+        f"- runs per number: {meta['runs']} (env, CLI), {meta['train_runs']} (training), "
+        f"{meta['tts_runs']} (time to solve)"
+    )
+    add(f"- elapsed: {meta.get('elapsed_s', 0):.0f} s")
+    add("")
+
+    env = report.get("env")
+    if env:
+        add("## 1. Environment step throughput (env steps/s, 1 thread, random actions)")
+        add("")
+        variants = env["variants"]
+        ratios = [f"{v} / gymnasium" for v in variants if v != "gymnasium" and "ratio_vs_gym" in env]
+        head = ["num_envs", *variants, *ratios]
+        add("| " + " | ".join(head) + " |")
+        add("|" + "---|" * len(head))
+        goal = GOALS["env_vs_gym_4096"]
+        for size in env["sizes"]:
+            s = str(size)
+            row = [s] + [fmt_rate(env["median"][v][s]) for v in variants]
+            if "ratio_vs_gym_paired" in env:
+                for v in variants:
+                    if v == "gymnasium":
+                        continue
+                    ratio = env["ratio_vs_gym_paired"][v][s]
+                    cell = fmt(ratio, 2, "x")
+                    if size == 4096 and v in ("eager", "compiled"):
+                        cell += f" (goal >= {goal}x: {verdict(ratio, goal, True)})"
+                    row.append(cell)
+            add("| " + " | ".join(row) + " |")
+        add("")
+        add(
+            "Variants: `naive` = the step before issue 5 (eager, allocating); `eager` = the default step; "
+            "`compiled` = `ISLAB_ENV_COMPILE=1` (torch.compile fused kernel). Ratios are medians of the "
+            "per-run ratios (runs interleaved). Ours does 2 physics substeps per step, gymnasium 1."
+        )
+        if env.get("compile_s"):
+            add(
+                "First compiled call (compile, using whatever /tmp/torchinductor_* cache exists): "
+                + ", ".join(f"{k} envs {v:.1f} s" for k, v in env["compile_s"].items())
+                + "."
+            )
+        add(
+            f"BLAS seen by numpy (threadpoolctl): {env['blas']}; removed from the child's environment: "
+            f"{env['openblas_variables_removed'] or 'nothing (not set)'}."
+        )
+        add("")
+
+    train = report.get("train")
+    if train:
+        n = train["nproc"]
+        add(f"## 2-4. Training throughput, env share, scaling, gradient-sync share ({train['num_envs']} envs per rank)")
+        add("")
+        add(
+            f"| library | 1 rank steps/s | env share (goal < {GOALS['env_share']:.0%}) | {n} ranks steps/s | "
+            f"scaling efficiency (goal >= {GOALS['scaling']}) | "
+            f"sync share at {n} ranks (goal < {GOALS['sync_share']:.0%}) | of which transfer (floor) | "
+            f"CPU use per rank, 1 / {n} ranks |"
+        )
+        add("|---|---|---|---|---|---|---|---|")
+        for lib, data in train["libs"].items():
+            med = data["median"]
+            scaling_goal = "" if lib == "skrl-jax" else f" ({verdict(med['scaling_paired'], GOALS['scaling'], True)})"
+            add(
+                f"| {lib} | {fmt_rate(med['steps_per_s_1rank'])} | {fmt(_pct(med['env_share_1rank']), 1, '%')} "
+                f"({verdict(med['env_share_1rank'], GOALS['env_share'], False)}) | "
+                f"{fmt_rate(med['steps_per_s_nrank'])} | "
+                f"{fmt(med['scaling_paired'], 3)}{scaling_goal} | {fmt(_pct(med['sync_share']), 1, '%')} "
+                f"({verdict(med['sync_share'], GOALS['sync_share'], False)}) | "
+                f"{fmt(_pct(med.get('sync_floor_share')), 1, '%')} | "
+                f"{fmt(med.get('cpu_use_1rank'))} / {fmt(med.get('cpu_use_nrank'))} |"
+            )
+        add("")
+        add(
+            "Steps/s: all ranks together, from `progress.jsonl` after the warm-up iterations "
+            "("
+            + ", ".join(
+                f"{k}: skip {v['warmup_iterations']}, measure {v['measured_iterations']}"
+                for k, v in train["libs"].items()
+            )
+            + "). "
+            "Env share: time inside `env.step` / iteration time on rank 0, 1 rank. Scaling: median over runs of "
+            f"steps/s({n} ranks) / ({n} x steps/s(1 rank)), each pair run back to back. Sync share: time inside "
+            "collectives / iteration time, the larger of the two ranks (skrl-JAX: its gradient reduce and parameter "
+            "broadcast only); it includes waiting for the slower rank. Transfer floor: per kind of collective, "
+            "number of calls x the fastest call, / iteration time: what the collectives would cost if the ranks "
+            "arrived together; the rest of the sync share is waiting. CPU use: CPU time / wall time per rank over "
+            "the measured iterations (1.00 = a whole core; below that the rank waited or was not scheduled). "
+            "`ISLAB_THREADS_PER_RANK=1`."
+        )
+        add("")
+
+    tts = report.get("tts")
+    if tts:
+        add(f"## 5. Time to solve ({tts['lib']}, mean episode return >= {tts['threshold']:.0f})")
+        add("")
+        add("| configuration | total envs | training time to solve (median) | iterations | runs (s) |")
+        add("|---|---|---|---|---|")
+        for name, cfg in tts["configs"].items():
+            runs = ", ".join("not reached" if t is None else f"{t:.1f}" for t in tts["time_s"][name])
+            its = ", ".join("-" if i is None else str(i) for i in tts["iterations"][name])
+            add(
+                f"| {name} (n={tts['envs_per_rank']}) | "
+                f"{cfg['nproc'] * cfg['num_envs']} | {fmt(tts['median_time_s'][name], 1, ' s')} | {its} | {runs} |"
+            )
+        add("")
+        add(
+            f"Weak scaling (2 ranks x n vs 1 rank x n): time ratio {fmt(tts['weak_ratio'])}. "
+            f"Strong scaling (2 ranks x n vs 1 rank x 2n, same total envs): time ratio {fmt(tts['strong_ratio'])} "
+            f"(goal <= {GOALS['strong_tts_ratio']}: {verdict(tts['strong_ratio'], GOALS['strong_tts_ratio'], False)}). "
+            "Time is training time (`time_s` in progress.jsonl), process start-up excluded. `--max-iterations` is "
+            "per run: every rank does that many updates, so adding ranks (weak scaling) adds samples per update "
+            "and total samples; only strong scaling keeps the sample budget fixed."
+        )
+        add("")
+
+    cli = report.get("cli")
+    if cli:
+        add("## 6. Command-line latency")
+        add("")
+        add("| command | median wall time |")
+        add("|---|---|")
+        add(f"| `{meta['commands'].get('cli dry-run')}` | {fmt(cli['median_s']['dry_run'], 3, ' s')} |")
+        add(f'| `python -c "import torch"` | {fmt(cli["median_s"]["import_torch"], 3, " s")} |')
+        add(
+            f"| ratio (median of paired runs) | {fmt(cli['ratio_paired'], 3)} (goal <= {GOALS['cli_ratio']}: "
+            f"{verdict(cli['ratio_paired'], GOALS['cli_ratio'], False)}) |"
+        )
+        add("")
+
+    add("## 7. GPU")
+    add("")
+    if meta["device"] == "cuda":
+        add("The sections above ran on CUDA (NCCL between ranks); the env table's largest size is the 1e9 goal's.")
+        add(f"Reference: {ISAAC_LAB_PUBLISHED}.")
+    else:
+        add("No GPU on the machine that produced this report. On a GPU machine run:")
+        add("")
+        add("    python scripts/bench.py --device cuda --out docs/benchmarks-gpu.md --json docs/benchmarks-gpu.json")
+        add("")
+        add(
+            "It measures env steps/s at 4096, 16384, 65536 and 262144 envs on cuda (eager and compiled; goal "
+            f">= {GOALS['gpu_env_steps']:.0e} env steps/s at 262144), and training steps/s per library at 4096 envs "
+            "per GPU, 1 GPU and all visible GPUs over NCCL (`islab-train --gpus N`), to set beside "
+            f"{ISAAC_LAB_PUBLISHED}."
+        )
+    add("")
+    add("## Commands")
+    add("")
+    for name, command in meta["commands"].items():
+        add(f"- {name}: `{command}`")
+    add("")
+    return "\n".join(lines)
+
+
+def _worst(values: Iterable[float | None]) -> float | None:
+    kept = [x for x in values if x is not None]
+    return max(kept) if kept else None
+
+
+def _worst_rank_share(result: LaunchResult, warmup: int) -> float | None:
+    return _worst(result.share("collective", warmup, rank) for rank in result.timings)
+
+
+def _pct(value: float | None) -> float | None:
+    return None if value is None else 100 * value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, one run: a smoke test (CI)")
+    parser.add_argument("--runs", type=int, help="runs per env and CLI number (default 5; --quick: 1)")
+    parser.add_argument("--train-runs", type=int, help="launches per training configuration (default 3)")
+    parser.add_argument("--tts-runs", type=int, help="launches per time-to-solve configuration (default 2)")
+    parser.add_argument("--tts-envs", type=int, help="envs per rank for time to solve (default 1024 on CPU)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--libs", nargs="+", choices=list(LIBS), help="libraries to train (default: all four)")
+    parser.add_argument("--sections", nargs="+", choices=SECTIONS, help="default: all")
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                        help="include the torch.compile'd env (default: on, off with --quick)")  # fmt: skip
+    parser.add_argument("--out", type=Path, help="write the Markdown report here (it is always printed)")
+    parser.add_argument("--json", type=Path, help="write all raw numbers here")
+    parser.add_argument("--work-dir", type=Path, help="keep run directories here (default: a temp dir, removed)")
+    parser.add_argument("--env-child", nargs=2, metavar=("CONFIG", "OUT"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.env_child:
+        config = json.loads(Path(args.env_child[0]).read_text())
+        Path(args.env_child[1]).write_text(json.dumps(env_child(config)))
+        return 0
+
+    opts = build_options(args)
+    started = time.perf_counter()
+    load_start = load_average()
+    tmp = None
+    if args.work_dir:
+        args.work_dir.mkdir(parents=True, exist_ok=True)
+        opts.work_dir = str(args.work_dir.resolve())
+    else:
+        tmp = tempfile.mkdtemp(prefix="islab-bench-")
+        opts.work_dir = tmp
+    report: dict[str, Any] = {}
+    try:
+        if "env" in opts.sections:
+            print("[bench] env step throughput", file=sys.stderr)
+            report["env"] = run_env_section(opts)
+        if "cli" in opts.sections:
+            print("[bench] command-line latency", file=sys.stderr)
+            report["cli"] = run_cli_latency(opts)
+        if "train" in opts.sections:
+            report["train"] = run_training_sections(opts)
+        if "tts" in opts.sections:
+            report["tts"] = run_time_to_solve(opts)
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+    cores = os.cpu_count() or 1
+    load_end = load_average()
+    report["meta"] = {
+        "command": "python scripts/bench.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "quick": opts.quick,
+        "device": opts.device,
+        "machine": machine_info(),
+        "versions": package_versions(),
+        "load_start": load_start,
+        "load_end": load_end,
+        "shared_note": (
+            f"the machine was shared: load average above its {cores} cores during the run, so absolute numbers are "
+            "low and noisy; the interleaved ratios are the numbers to read"
+            if max(load_start[:1] + load_end[:1] or [0]) > cores * 0.75
+            else ""
+        ),
+        "runs": opts.runs,
+        "train_runs": opts.train_runs,
+        "tts_runs": opts.tts_runs,
+        "elapsed_s": time.perf_counter() - started,
+        "commands": opts.commands,
+    }
+    markdown = render_markdown(report)
+    print(markdown)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(markdown, encoding="utf-8")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=1, default=str) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""Timers inside a worker rank, for ``scripts/bench.py`` (installed by this folder's sitecustomize).
+
+Wraps, before the worker imports any RL library:
+
+* ``DirectRLEnv.step``: every env step's start and duration (the env share of an iteration);
+* ``torch.distributed`` collectives (``all_reduce``, ``broadcast``, ``all_gather``, ...): start and
+  duration of each call, as the library sees it, i.e. including the wait for the slowest rank;
+* skrl-JAX's ``Model.reduce_parameters`` / ``broadcast_parameters`` (its collectives are JAX,
+  not torch), blocking on the result so the time is not hidden by JAX's async dispatch;
+* ``LibraryAdapter.report_iteration``: the end time of every training iteration, and the CPU time
+  this process has used by then (``time.process_time()``: CPU use per rank = CPU time / wall time;
+  a rank that waits in a collective, or is not scheduled, uses less than 1).
+
+At exit it writes ``<ISLAB_BENCH_TIMINGS>/rank_<R>.json``. All times are ``time.perf_counter()``
+seconds of this process. The overhead is two clock reads per wrapped call.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+RECORDS: dict[str, list[Any]] = {"env_step": [], "collective": [], "iteration_end": [], "iteration_cpu": []}
+COLLECTIVES = (
+    "all_reduce",
+    "all_reduce_coalesced",
+    "broadcast",
+    "broadcast_object_list",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "barrier",
+)
+
+
+def _timed(function: Callable[..., Any], bucket: str, name: str, block: bool = False) -> Callable[..., Any]:
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        result = function(*args, **kwargs)
+        if block:
+            import jax
+
+            result = jax.block_until_ready(result)
+        RECORDS[bucket].append((start, time.perf_counter() - start, name))
+        return result
+
+    wrapper.__islab_bench_timed__ = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _patch_skrl_jax() -> None:
+    import sys
+
+    module = sys.modules.get("skrl.models.jax.base")
+    if module is None:
+        return
+    model = module.Model
+    for name in ("reduce_parameters", "broadcast_parameters"):
+        current = getattr(model, name)
+        if not getattr(current, "__islab_bench_timed__", False):
+            setattr(model, name, _timed(current, "collective", f"jax.{name}", block=True))
+
+
+def install(out_dir: str) -> None:
+    import torch.distributed as dist
+
+    for name in COLLECTIVES:
+        if hasattr(dist, name):
+            setattr(dist, name, _timed(getattr(dist, name), "collective", name))
+
+    from islab.envs.base import DirectRLEnv
+    from islab.libs.base import LibraryAdapter
+
+    DirectRLEnv.step = _timed(DirectRLEnv.step, "env_step", "env.step")  # type: ignore[method-assign]
+
+    report_iteration = LibraryAdapter.report_iteration
+
+    @functools.wraps(report_iteration)
+    def timed_report(self: LibraryAdapter, *args: Any, **kwargs: Any) -> None:
+        RECORDS["iteration_end"].append(time.perf_counter())
+        RECORDS["iteration_cpu"].append(time.process_time())
+        report_iteration(self, *args, **kwargs)
+
+    LibraryAdapter.report_iteration = timed_report  # type: ignore[method-assign]
+
+    original_init = LibraryAdapter.__init__
+
+    @functools.wraps(original_init)
+    def init(self: LibraryAdapter, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        _patch_skrl_jax()  # the skrl-JAX adapter module (and its pmap fix) is imported by now
+
+    LibraryAdapter.__init__ = init  # type: ignore[method-assign]
+
+    def dump() -> None:
+        rank = os.environ.get("RANK") or os.environ.get("JAX_RANK") or "0"
+        path = Path(out_dir) / f"rank_{rank}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"rank": int(rank), "pid": os.getpid(), **RECORDS}), encoding="utf-8")
+
+    atexit.register(dump)
