@@ -11,9 +11,9 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from adapters import TASK, build_adapter
 from rl_games.algos_torch.running_mean_std import RunningMeanStd
 
-from islab.agent_config import load_agent_config
 from islab.envs import make_env
 from islab.libs import load_adapter
 from islab.libs.rl_games import (
@@ -23,26 +23,10 @@ from islab.libs.rl_games import (
     fit_minibatch_size,
     use_global_normalizers,
 )
-from islab.worker.context import RankContext, configure_process
-
-TASK = "Islab-Cartpole-v0"
-
-
-def single_rank(seed: int) -> RankContext:
-    return RankContext(
-        rank=0, local_rank=0, world_size=1, local_world_size=1, device="cpu", backend="gloo",
-        base_seed=seed, launcher="single",
-    )  # fmt: skip
 
 
 def build(run_dir: Path, num_envs: int = 16, seed: int = 0, overrides: tuple[str, ...] = ()) -> RlGamesAdapter:
-    ctx = single_rank(seed)
-    configure_process(ctx)  # seeds torch: the policy's initial weights depend on the seed
-    # One intra-op thread: with two on this 2-core machine, shared with other jobs, OpenMP's
-    # waiting threads slowed the same run from ~2 s to ~45 s (measured); one thread stays fast.
-    torch.set_num_threads(1)
-    env = make_env(TASK, num_envs, ctx.device, seed=ctx.seed)
-    return RlGamesAdapter(ctx, env, load_agent_config("rl_games", TASK, overrides), run_dir)
+    return build_adapter("rl_games", run_dir, num_envs=num_envs, seed=seed, overrides=overrides)
 
 
 def test_registry_loads_this_adapter() -> None:

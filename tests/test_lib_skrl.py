@@ -18,14 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from adapters import TASK, build_adapter
 
 from islab.agent_config import load_agent_config
-from islab.envs import make_env
 from islab.libs._skrl_common import pooled_moments, runner_config
 from islab.libs.base import state_digest
-from islab.worker.context import RankContext
-
-TASK = "Islab-Cartpole-v0"
 
 pytestmark = pytest.mark.skipif(
     int(os.environ.get("WORLD_SIZE", "1")) > 1 or int(os.environ.get("JAX_WORLD_SIZE", "1")) > 1,
@@ -34,16 +31,8 @@ pytestmark = pytest.mark.skipif(
 needs_jax = pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
 
 
-def single_rank(seed: int = 3) -> RankContext:
-    return RankContext.from_environ("cpu", seed, environ={})
-
-
 def build(framework: str, run_dir: Path, *, num_envs: int = 32, seed: int = 3, overrides: tuple[str, ...] = ()):
-    from islab.libs import load_adapter
-
-    ctx = single_rank(seed)
-    env = make_env(TASK, num_envs, ctx.device, seed=ctx.seed)
-    return load_adapter("skrl", framework)(ctx, env, load_agent_config("skrl", TASK, overrides), run_dir)
+    return build_adapter("skrl", run_dir, framework=framework, num_envs=num_envs, seed=seed, overrides=overrides)
 
 
 def free_port() -> int:

@@ -22,15 +22,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from adapters import TASK, build_adapter
 
-from islab.agent_config import load_agent_config
 from islab.checkpoint import Checkpointer, SingleProcess, identity, load_checkpoint_for_rank, restore
-from islab.envs import make_env
-from islab.libs import load_adapter
 from islab.libs.base import LibraryAdapter, state_digest
-from islab.worker.context import RankContext, configure_process
 
-TASK = "Islab-Cartpole-v0"
 N, M = 2, 2
 
 PATHS = [
@@ -56,14 +52,8 @@ def one_torch_thread():
 
 
 def build(lib: str, framework: str, run_dir: Path, seed: int) -> LibraryAdapter:
-    if framework == "jax":
-        os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    ctx = RankContext.from_environ("cpu", seed, environ={})
-    configure_process(ctx)
-    torch.set_num_threads(1)
-    env = make_env(TASK, 64, ctx.device, seed=ctx.seed)
     run_dir.mkdir(parents=True, exist_ok=True)
-    adapter = load_adapter(lib, framework)(ctx, env, load_agent_config(lib, TASK), run_dir)
+    adapter = build_adapter(lib, run_dir, framework=framework, num_envs=64, seed=seed)
     adapter.checkpointer = Checkpointer(
         SingleProcess(), run_dir, identity(lib, framework, TASK, (4,), (1,)), {"lib": lib}, interval=1
     )

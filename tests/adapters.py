@@ -1,0 +1,40 @@
+"""Build one library adapter in-process, as a single rank on CPU (shared by the adapter tests)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from islab.agent_config import load_agent_config
+from islab.envs import make_env
+from islab.libs import load_adapter
+from islab.libs.base import LibraryAdapter
+from islab.worker.context import RankContext, configure_process
+
+TASK = "Islab-Cartpole-v0"
+
+
+def single_rank(seed: int) -> RankContext:
+    return RankContext.from_environ("cpu", seed, environ={})
+
+
+def build_adapter(
+    lib: str,
+    run_dir: Path,
+    *,
+    framework: str = "torch",
+    num_envs: int = 16,
+    seed: int = 0,
+    overrides: tuple[str, ...] = (),
+) -> LibraryAdapter:
+    if framework == "jax":
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    ctx = single_rank(seed)
+    configure_process(ctx)  # seeds torch: the policy's initial weights depend on the seed
+    # One intra-op thread: with two on this 2-core machine, shared with other jobs, OpenMP's
+    # waiting threads slowed the same run from ~2 s to ~45 s (measured); one thread stays fast.
+    torch.set_num_threads(1)
+    env = make_env(TASK, num_envs, ctx.device, seed=ctx.seed)
+    return load_adapter(lib, framework)(ctx, env, load_agent_config(lib, TASK, overrides), run_dir)
