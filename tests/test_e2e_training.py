@@ -70,15 +70,17 @@ def test_two_cpu_ranks_train_and_hold_the_same_policy(tmp_path: Path, lib: str, 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("lib", "ml_framework"), [PATHS[0], PATHS[3]])
+@pytest.mark.parametrize(("lib", "ml_framework"), PATHS)
 def test_a_failing_rank_fails_the_job_and_is_named(tmp_path: Path, lib: str, ml_framework: str) -> None:
     if ml_framework == "jax":
         pytest.importorskip("jax", reason="skrl-JAX needs the [jax] extra")
-    result = launch(tmp_path, lib, ml_framework, env={"ISLAB_TEST_CRASH_RANK": "1"})
+    crash_after_iteration_2 = {"ISLAB_TEST_CRASH_RANK": "1", "ISLAB_TEST_CRASH_AT_ITERATION": "2"}
+    result = launch(tmp_path, lib, ml_framework, env=crash_after_iteration_2)
     assert result.returncode != 0
-    output = result.stdout + result.stderr
-    assert "rank 1" in output
-    assert "rank_1.log" in output
+    last_lines = (result.stdout + result.stderr).strip().splitlines()[-15:]
+    message = "\n".join(last_lines)
+    assert "rank 1" in message and "rank_1.log" in message and "node 0" in message, message
+    assert "RuntimeError: test fault injection" in message, message  # the traceback's last line
 
 
 def summary_of(run_dir: Path) -> dict:

@@ -153,3 +153,30 @@ def test_node_0_fails_soon_when_node_1_dies(tmp_path, nodes):
     assert took < LOST_NODE_BOUND_S
     assert err.rstrip().splitlines()[-1].startswith("error: "), err[-3000:]
     wait_until(lambda: not alive(seen), 10, "node 0's processes to be gone")
+
+
+def test_elastic_job_that_loses_a_node_above_min_continues_from_the_latest_checkpoint(tmp_path, nodes):
+    """--nnodes 1:2 with c10d: node 1 dies mid-run; torchrun on node 0 restarts its worker group,
+    which re-forms with node 0 alone (>= MIN) and resumes from the latest checkpoint."""
+    node0, node1 = nodes
+    spec_path = cluster_file(tmp_path, node0, "c10d", max_iterations=12)
+    spec = yaml.safe_load(spec_path.read_text())
+    spec |= {"nnodes": "1:2", "max_restarts": 1, "checkpoint_interval": 2}
+    spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    processes = [start_node(tmp_path, node0, 0, spec_path), start_node(tmp_path, node1, 1, spec_path)]
+
+    def under_way() -> bool:
+        if processes[0].poll() is not None:
+            raise AssertionError(f"node 0 ended early:\n{stderr_of(tmp_path, 0)[-2000:]}")
+        return training_under_way(run_dir_of(tmp_path / "node0"), iterations=4)
+
+    wait_until(under_way, TRAIN_TIMEOUT_S, "two-node training to be under way", interval_s=0.2)
+    for pid in namespace_pids(node1.namespace):
+        os.kill(pid, 9)
+    killed_at = time.monotonic()
+    code = wait_all([processes[0]], TRAIN_TIMEOUT_S)[0]
+    print(f"node 1 killed -> node 0 finished with exit {code} after {time.monotonic() - killed_at:.1f} s")
+    assert code == 0, stderr_of(tmp_path, 0)[-4000:]
+    summary = json.loads((run_dir_of(tmp_path / "node0") / "summary.json").read_text())
+    assert summary["iteration"] == 12 and summary["world_size"] == 2  # node 0 alone: 2 ranks
+    assert summary["resumed"]["reason"].startswith("elastic") and summary["start_iteration"] >= 2

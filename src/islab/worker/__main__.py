@@ -30,6 +30,7 @@ import json
 import os
 import sys
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -300,6 +301,15 @@ def main(argv: list[str] | None = None) -> int:
     except (AgentConfigError, CheckpointError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except BaseException:
+        if "JAX_RANK" not in os.environ:
+            raise
+        # A failing JAX rank must die now: jax.distributed's exit hook waits in a barrier for the
+        # peers, which are still training, so the job would hang until a heartbeat timeout (~5 min).
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
     finally:
         import torch.distributed as dist
 
