@@ -207,3 +207,11 @@ def test_curves_keep_the_last_record_of_a_redone_iteration(tmp_path, monkeypatch
 
     assert write_curves(records, tmp_path / "curves.png").is_file()
     assert plotted[0] == ([1, 2, 3, 4], [1.0, 2.0, 30.0, 40.0])
+
+
+def test_summary_shows_the_checkpoint_resume_uses():
+    from islab.display import summary_rows
+
+    summary = {"checkpoint": "/r/model_11.pt", "islab_checkpoint": "/r/checkpoints/latest.pt"}
+    rows = dict(summary_rows(summary, "/r", "islab-train --resume /r"))
+    assert rows["checkpoint"] == "/r/checkpoints/latest.pt"

@@ -198,7 +198,8 @@ def summary_rows(summary: Mapping[str, Any], run_dir: str, resume: str | None) -
         ("env steps/s", format_rate(rate)),
         ("final mean return", format_return(summary.get("mean_return"))),
         ("ranks", str(summary.get("world_size", "-"))),
-        ("checkpoint", str(summary.get("checkpoint") or "-")),
+        # the islab checkpoint is what --resume continues from; the library's own is the fallback
+        ("checkpoint", str(summary.get("islab_checkpoint") or summary.get("checkpoint") or "-")),
         ("run directory", run_dir),
     ]
     if resume:
