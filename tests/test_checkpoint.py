@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import random
-import socket
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +28,7 @@ from islab.checkpoint import (
     restore_rng,
     to_bytes,
 )
+from islab.supervise import find_free_port
 from islab.worker.context import RankContext
 
 TASK = "Islab-Cartpole-v0"
@@ -204,9 +204,7 @@ def _collective_rank(rank: int, port: int, results: dict) -> None:
 
 
 def test_torch_collective_moves_bytes_between_two_gloo_ranks() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = find_free_port("127.0.0.1")
     results = mp.Manager().dict()
     mp.start_processes(_collective_rank, args=(port, results), nprocs=2, join=True, start_method="fork")
     expected = b"checkpoint bytes \x00\xff" * 100

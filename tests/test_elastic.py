@@ -8,7 +8,6 @@ import argparse
 import io
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 import torch
 
 from islab.checkpoint import FORMAT, SingleProcess, identity
+from islab.supervise import find_free_port
 from islab.worker.__main__ import find_resume_point, last_reported_iteration, same_job
 
 TASK = "Islab-Cartpole-v0"
@@ -81,9 +81,7 @@ def test_last_reported_iteration_skips_a_torn_line(tmp_path: Path) -> None:
 def test_torchrun_restart_resumes_and_ends_at_the_requested_iteration(tmp_path: Path, mode: str) -> None:
     """rank 1 fails after iteration 5 once; checkpoints every 2 iterations -> resume at 4, lose 1."""
     run_dir = tmp_path / "run"
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = find_free_port("127.0.0.1")
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--nnodes", "1",
         "--max_restarts", "1", "--master_addr", "127.0.0.1", "--master_port", str(port),

@@ -4,7 +4,6 @@ and the normalizer synchronization with two real gloo ranks."""
 from __future__ import annotations
 
 import math
-import socket
 from pathlib import Path
 
 import torch
@@ -22,6 +21,7 @@ from islab.libs.rl_games import (
     fit_minibatch_size,
     use_global_normalizers,
 )
+from islab.supervise import find_free_port
 
 
 def build(run_dir: Path, num_envs: int = 16, seed: int = 0, overrides: tuple[str, ...] = ()) -> RlGamesAdapter:
@@ -137,9 +137,7 @@ def _normalizer_rank(rank: int, port: int, results: dict) -> None:
 
 
 def test_global_normalizer_is_identical_across_ranks_and_combines_all_data() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = find_free_port("127.0.0.1")
     results = mp.Manager().dict()
     # fork: the children need nothing re-imported (spawn would re-import rl_games, seconds each).
     mp.start_processes(_normalizer_rank, args=(port, results), nprocs=2, join=True, start_method="fork")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -23,6 +22,7 @@ from adapters import TASK, build_adapter
 from islab.agent_config import load_agent_config
 from islab.libs._skrl_common import pooled_moments, runner_config
 from islab.libs.base import state_digest
+from islab.supervise import find_free_port
 
 pytestmark = pytest.mark.skipif(
     int(os.environ.get("WORLD_SIZE", "1")) > 1 or int(os.environ.get("JAX_WORLD_SIZE", "1")) > 1,
@@ -33,12 +33,6 @@ needs_jax = pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="
 
 def build(framework: str, run_dir: Path, *, num_envs: int = 32, seed: int = 3, overrides: tuple[str, ...] = ()):
     return build_adapter("skrl", run_dir, framework=framework, num_envs=num_envs, seed=seed, overrides=overrides)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # -- shared logic -----------------------------------------------------------------------------
@@ -139,7 +133,7 @@ def test_torch_two_ranks_end_with_identical_policies(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--nnodes", "1",
-        "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+        "--master_addr", "127.0.0.1", "--master_port", str(find_free_port("127.0.0.1")),
         "-m", "islab.worker", "--lib", "skrl", "--ml-framework", "torch", "--task", TASK,
         "--num-envs", "64", "--seed", "1", "--max-iterations", "3", "--device", "cpu",
         "--run-dir", str(run_dir), "--distributed",
@@ -202,7 +196,7 @@ def test_jax_two_ranks_end_with_identical_policies(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     command = [
         sys.executable, "-m", "skrl.utils.distributed.jax", "--nnodes", "1", "--nproc_per_node", "2",
-        "--node_rank", "0", "--coordinator_address", f"127.0.0.1:{free_port()}", str(ENTRY_SCRIPT),
+        "--node_rank", "0", "--coordinator_address", f"127.0.0.1:{find_free_port('127.0.0.1')}", str(ENTRY_SCRIPT),
         "--lib", "skrl", "--ml-framework", "jax", "--task", TASK, "--num-envs", "64", "--seed", "1",
         "--max-iterations", "2", "--device", "cpu", "--run-dir", str(run_dir), "--distributed",
     ]  # fmt: skip

@@ -26,10 +26,6 @@ TIMEOUT_S = 5
 SLACK_S = 10.0  # start-up of torchrun / the JAX ranks and shutdown, on a busy 2-core machine
 
 
-def free_port() -> int:
-    return supervise.find_free_port("127.0.0.1")
-
-
 def clean_env() -> dict[str, str]:
     env = {name: value for name, value in os.environ.items() if not name.startswith(("ISLAB_", "SLURM_"))}
     env["CUDA_VISIBLE_DEVICES"] = ""
@@ -146,7 +142,7 @@ def test_busy_port_on_node0_of_a_two_node_job_is_refused_before_launch(islab, tm
 
 @pytest.mark.slow
 def test_static_rendezvous_missing_node_fails_after_the_timeout(tmp_path):
-    port = free_port()
+    port = supervise.find_free_port("127.0.0.1")
     code, err, took = run_node0(tmp_path, "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port", str(port))
     print(f"static: exit {code} after {took:.1f} s (timeout {TIMEOUT_S} s)")
     assert code != 0
@@ -156,7 +152,7 @@ def test_static_rendezvous_missing_node_fails_after_the_timeout(tmp_path):
 
 @pytest.mark.slow
 def test_c10d_rendezvous_missing_node_fails_after_the_timeout(tmp_path):
-    port = free_port()
+    port = supervise.find_free_port("127.0.0.1")
     endpoint = f"127.0.0.1:{port}"
     code, err, took = run_node0(tmp_path, "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "t")
     print(f"c10d: exit {code} after {took:.1f} s (timeout {TIMEOUT_S} s)")
@@ -169,7 +165,7 @@ def test_c10d_rendezvous_missing_node_fails_after_the_timeout(tmp_path):
 def test_jax_missing_node_fails_after_the_timeout(tmp_path):
     """skrl calls jax.distributed.initialize at import without a timeout argument (JAX waits
     300 s); the supervisor counts from the rank's "Distributed (rank: ..." line."""
-    port = free_port()
+    port = supervise.find_free_port("127.0.0.1")
     address = f"127.0.0.1:{port}"
     argv = [
         sys.executable, "-m", "islab.cli", "--lib", "skrl", "--ml-framework", "jax", "--device", "cpu",

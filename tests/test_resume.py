@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +25,7 @@ from adapters import TASK, build_adapter
 
 from islab.checkpoint import Checkpointer, SingleProcess, identity, load_checkpoint_for_rank, restore
 from islab.libs.base import LibraryAdapter, state_digest
+from islab.supervise import find_free_port
 
 N, M = 2, 2
 
@@ -145,9 +145,7 @@ def worker_env() -> dict[str, str]:
 def worker(*args: str, torchrun: int = 0) -> subprocess.CompletedProcess:
     launcher = [sys.executable, "-m", "islab.worker"]
     if torchrun:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+        port = find_free_port("127.0.0.1")
         launcher = [
             sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(torchrun), "--nnodes", "1",
             "--master_addr", "127.0.0.1", "--master_port", str(port), "-m", "islab.worker", "--distributed",
@@ -220,9 +218,7 @@ def test_two_skrl_jax_ranks_resume_what_rank0_reads(tmp_path: Path) -> None:
     first = worker("--lib", "skrl", "--ml-framework", "jax", "--max-iterations", "1",
                    "--run-dir", str(tmp_path / "first"))  # fmt: skip
     assert first.returncode == 0, first.stderr[-3000:]
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = find_free_port("127.0.0.1")
     run_dir = tmp_path / "second"
     command = [
         sys.executable, "-m", "skrl.utils.distributed.jax", "--nnodes", "1", "--nproc_per_node", "2",

@@ -18,6 +18,7 @@ import pytest
 
 from islab import slurm
 from islab.spec import Source, SpecError, resolve_spec
+from islab.supervise import find_free_port
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -216,12 +217,6 @@ def test_sbatch_validates_the_spec_first(islab):
 SLURM_BINARIES = ("sbatch", "squeue", "scancel", "slurmctld", "slurmd", "munged")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        return sock.getsockname()[1]
-
-
 def _stop_by_pid_file(pid_file: Path) -> None:
     with contextlib.suppress(OSError, ValueError):
         pid = int(pid_file.read_text().strip())
@@ -259,8 +254,8 @@ SlurmdUser=root
 AuthType=auth/munge
 AuthInfo=socket={base}/munge.sock
 CredType=cred/munge
-SlurmctldPort={_free_port()}
-SlurmdPort={_free_port()}
+SlurmctldPort={find_free_port()}
+SlurmdPort={find_free_port()}
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
