@@ -170,15 +170,9 @@ def find_resume_point(
 
 def last_reported_iteration(progress: Path) -> int | None:
     """The highest iteration in ``progress.jsonl`` (rank 0's run directory), to count lost work."""
-    if not progress.is_file():
-        return None
-    iterations = []
-    for line in progress.read_text(encoding="utf-8").splitlines():
-        try:
-            iterations.append(int(json.loads(line)["iteration"]))
-        except (ValueError, KeyError, TypeError):
-            continue  # a torn last line from a killed rank
-    return max(iterations, default=None)
+    from islab.display import read_progress  # skips a torn last line from a killed rank
+
+    return max((record["iteration"] for record in read_progress(progress)), default=None)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
