@@ -26,6 +26,7 @@ This file uses absolute imports only, because skrl's JAX launcher runs it as a s
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import sys
@@ -114,6 +115,9 @@ def tee_output(log_path: Path) -> None:
     log = open(log_path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 -- lives as long as the process
     sys.stdout = Tee(sys.stdout, log)
     sys.stderr = Tee(sys.stderr, log)
+    # A fatal signal (SIGABRT from a C++ library, SIGSEGV) bypasses sys.stderr; without this the
+    # rank's log would end mid-story and the failure message would have no traceback to point at.
+    faulthandler.enable(file=log, all_threads=True)
 
 
 def write_yaml(path: Path, data: dict[str, Any]) -> None:
@@ -284,6 +288,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
+def leave_process_group_together() -> None:
+    """Wait for every rank before anyone closes its connections.
+
+    Ranks finish their last iteration at slightly different times. A rank that exits while a slower
+    peer still has gloo traffic in flight can make that peer's transport throw inside a C++ thread,
+    which aborts it (SIGABRT) and fails a run whose training had completed. The barrier costs one
+    round trip.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from torch.distributed.elastic.multiprocessing.errors import record
@@ -292,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         record(run)(args)
+        leave_process_group_together()
     except (AgentConfigError, CheckpointError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
