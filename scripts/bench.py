@@ -62,8 +62,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,6 +100,7 @@ GOALS = {
     "cli_ratio": 0.3,
     "gpu_env_steps": 1e9,
 }
+LAUNCH_LOCK = threading.Lock()
 ISAAC_LAB_PUBLISHED = "Isaac Lab Cartpole-Direct, rl_games, 4096 envs: 1x L40 260k, RTX 4090 510k env steps/s"
 
 
@@ -487,8 +490,9 @@ def launch(
 ) -> LaunchResult:
     """Run ``islab-train`` once with the probe on PYTHONPATH; stop early once ``stop_at_return``
     is logged (SIGTERM to the launcher, which forwards it to the ranks)."""
-    opts.launch_counter += 1
-    run_name = f"bench{opts.launch_counter}"
+    with LAUNCH_LOCK:  # concurrent launches (the machine-ceiling runs) need distinct names
+        opts.launch_counter += 1
+        run_name = f"bench{opts.launch_counter}"
     log_dir = Path(opts.work_dir) / "logs"
     timings_dir = Path(opts.work_dir) / "timings" / run_name
     command = launch_command(opts, label, nproc, num_envs, iterations, seed=seed, log_dir=log_dir, run_name=run_name)
@@ -541,23 +545,42 @@ def launch(
     return result
 
 
+def launch_independent(opts: Options, label: str, copies: int, num_envs: int, iterations: int) -> list[LaunchResult]:
+    """``copies`` separate 1-rank jobs at the same time: no process group, no collective, so their
+    total throughput / (copies x one alone) is what this machine allows n ranks at best."""
+    with ThreadPoolExecutor(max_workers=copies) as pool:
+        futures = [pool.submit(launch, opts, label, 1, num_envs, iterations) for _ in range(copies)]
+        return [f.result() for f in futures]
+
+
 def run_training_sections(opts: Options) -> dict[str, Any]:
-    """Sections 2-4: for each run, for each library, 1 rank then 2 ranks (interleaved)."""
-    out: dict[str, Any] = {"libs": {}, "num_envs": opts.train_envs, "nproc": opts.scale_nproc}
-    raw: dict[str, dict[int, list[LaunchResult]]] = {lib: {1: [], opts.scale_nproc: []} for lib in opts.libs}
+    """Sections 2-4: for each run, for each library, 1 rank, then n ranks, then n independent
+    1-rank jobs at once (the machine's ceiling for scaling), interleaved."""
+    n = opts.scale_nproc
+    out: dict[str, Any] = {"libs": {}, "num_envs": opts.train_envs, "nproc": n}
+    raw: dict[str, dict[int, list[LaunchResult]]] = {lib: {1: [], n: []} for lib in opts.libs}
+    independent: dict[str, list[list[LaunchResult]]] = {lib: [] for lib in opts.libs}
     for run in range(opts.train_runs):
         for lib in opts.libs:
             warmup, measured = opts.iterations[lib]
-            for nproc in (1, opts.scale_nproc):
+            for nproc in (1, n):
                 print(f"[bench] train run {run + 1}/{opts.train_runs}: {lib} x{nproc} rank(s)", file=sys.stderr)
                 raw[lib][nproc].append(launch(opts, lib, nproc, opts.train_envs, warmup + measured))
+            if opts.device == "cpu":
+                what = f"{lib} {n} independent 1-rank jobs"
+                print(f"[bench] train run {run + 1}/{opts.train_runs}: {what}", file=sys.stderr)
+                independent[lib].append(launch_independent(opts, lib, n, opts.train_envs, warmup + measured))
     for lib in opts.libs:
         warmup, measured = opts.iterations[lib]
         one, many = raw[lib][1], raw[lib][opts.scale_nproc]
         sps1 = [r.steps_per_s(warmup) for r in one]
         spsn = [r.steps_per_s(warmup) for r in many]
-        n = opts.scale_nproc
         paired = [a / (n * b) if a and b else None for a, b in zip(spsn, sps1, strict=True)]
+        sps_independent = [
+            sum(rates) if None not in (rates := [r.steps_per_s(warmup) for r in group]) else None
+            for group in independent[lib]
+        ]
+        ceiling = [a / (n * b) if a and b else None for a, b in zip(sps_independent, sps1, strict=False)]
         out["libs"][lib] = {
             "warmup_iterations": warmup,
             "measured_iterations": measured,
@@ -567,12 +590,18 @@ def run_training_sections(opts: Options) -> dict[str, Any]:
             "env_share_nrank": [r.share("env_step", warmup) for r in many],
             "sync_share_rank0": [r.share("collective", warmup, 0) for r in many],
             "sync_share_rank1": [r.share("collective", warmup, 1) for r in many],
-            "returncodes": [r.returncode for r in one + many],
+            "steps_per_s_independent": sps_independent,
+            "machine_ceiling": ceiling,
+            "returncodes": [r.returncode for r in one + many + [r for g in independent[lib] for r in g]],
             "median": {
                 "steps_per_s_1rank": median(sps1),
                 "steps_per_s_nrank": median(spsn),
                 "scaling": (median(spsn) / (n * median(sps1))) if median(spsn) and median(sps1) else None,
                 "scaling_paired": median(paired),
+                "machine_ceiling": median(ceiling),
+                "scaling_of_ceiling": (
+                    median(paired) / median(ceiling) if median(paired) and median(ceiling) else None
+                ),
                 "env_share_1rank": median(r.share("env_step", warmup) for r in one),
                 "env_share_nrank": median(r.share("env_step", warmup) for r in many),
                 "sync_share": median(_worst_rank_share(r, warmup) for r in many),
@@ -808,11 +837,11 @@ def render_markdown(report: dict[str, Any]) -> str:
         add("")
         add(
             f"| library | 1 rank steps/s | env share (goal < {GOALS['env_share']:.0%}) | {n} ranks steps/s | "
-            f"scaling efficiency (goal >= {GOALS['scaling']}) | "
+            f"scaling efficiency (goal >= {GOALS['scaling']}) | machine ceiling | scaling / ceiling | "
             f"sync share at {n} ranks (goal < {GOALS['sync_share']:.0%}) | of which transfer (floor) | "
             f"CPU use per rank, 1 / {n} ranks |"
         )
-        add("|---|---|---|---|---|---|---|---|")
+        add("|---|---|---|---|---|---|---|---|---|---|")
         for lib, data in train["libs"].items():
             med = data["median"]
             scaling_goal = "" if lib == "skrl-jax" else f" ({verdict(med['scaling_paired'], GOALS['scaling'], True)})"
@@ -820,7 +849,8 @@ def render_markdown(report: dict[str, Any]) -> str:
                 f"| {lib} | {fmt_rate(med['steps_per_s_1rank'])} | {fmt(_pct(med['env_share_1rank']), 1, '%')} "
                 f"({verdict(med['env_share_1rank'], GOALS['env_share'], False)}) | "
                 f"{fmt_rate(med['steps_per_s_nrank'])} | "
-                f"{fmt(med['scaling_paired'], 3)}{scaling_goal} | {fmt(_pct(med['sync_share']), 1, '%')} "
+                f"{fmt(med['scaling_paired'], 3)}{scaling_goal} | {fmt(med.get('machine_ceiling'), 3)} | "
+                f"{fmt(med.get('scaling_of_ceiling'), 3)} | {fmt(_pct(med['sync_share']), 1, '%')} "
                 f"({verdict(med['sync_share'], GOALS['sync_share'], False)}) | "
                 f"{fmt(_pct(med.get('sync_floor_share')), 1, '%')} | "
                 f"{fmt(med.get('cpu_use_1rank'))} / {fmt(med.get('cpu_use_nrank'))} |"
@@ -835,7 +865,11 @@ def render_markdown(report: dict[str, Any]) -> str:
             )
             + "). "
             "Env share: time inside `env.step` / iteration time on rank 0, 1 rank. Scaling: median over runs of "
-            f"steps/s({n} ranks) / ({n} x steps/s(1 rank)), each pair run back to back. Sync share: time inside "
+            f"steps/s({n} ranks) / ({n} x steps/s(1 rank)), each pair run back to back. "
+            "Machine ceiling: the same median for "
+            f"{n} independent 1-rank jobs started together (no process group, nothing shared): the most {n} ranks "
+            "can get from this machine, whatever the library does; scaling / ceiling is the part the distributed "
+            "training itself loses. Sync share: time inside "
             "collectives / iteration time, the larger of the two ranks (skrl-JAX: its gradient reduce and parameter "
             "broadcast only); it includes waiting for the slower rank. Transfer floor: per kind of collective, "
             "number of calls x the fastest call, / iteration time: what the collectives would cost if the ranks "

@@ -156,15 +156,21 @@ class CartpoleEnv(DirectRLEnv):
             ),
             fullgraph=True,
             dynamic=False,
+            # On CPU a C++ wrapper around the kernel instead of inductor's Python one: ~20 us less
+            # per call at 4096 envs (the call overhead, not the arithmetic, dominates there).
+            options={"cpp_wrapper": True} if self.device.type == "cpu" else None,
         )
         low, high = self.cfg.initial_pole_angle_range
 
         def fast_step(action: torch.Tensor) -> StepResult:
             # buffers are passed on every call, not bound once: libraries replace some of them
             # (rsl_rl assigns a new episode_length_buf for init_at_random_ep_len)
-            reward, obs, stats = kernel(
-                action, self._state, self.episode_length_buf, self.episode_return_buf, self._masks
-            )
+            # without autograd: a graph without autograd wrappers, ~8 us cheaper per call; the
+            # env never needs gradients, and libraries step it under no_grad anyway
+            with torch.no_grad():
+                reward, obs, stats = kernel(
+                    action, self._state, self.episode_length_buf, self.episode_return_buf, self._masks
+                )
             torch.gt(self._masks, 0.5, out=self._done_bufs)  # -> reset_terminated, reset_time_outs, reset_buf
             self.common_step_counter += 1
             self.reward_buf = reward
@@ -175,7 +181,7 @@ class CartpoleEnv(DirectRLEnv):
                 angles = torch.rand(finished, device=self.device, generator=self.generator)
                 angles.mul_(high - low).add_(low).mul_(math.pi)
                 self.pole_pos.masked_scatter_(self.reset_buf, angles)
-                obs[:, 0].masked_scatter_(self.reset_buf, angles)
+                obs[:, 0].copy_(self.pole_pos)  # equal elsewhere already; a copy beats a 2nd scatter
             return {"policy": obs}, reward, self.reset_terminated, self.reset_time_outs, self.extras
 
         return fast_step
