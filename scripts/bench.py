@@ -33,7 +33,10 @@ What each section measures, and why that way
    the rank (``scripts/bench_hooks``: sitecustomize wraps ``DirectRLEnv.step``).
 3. **Scaling efficiency**: total steps/s of 2 ranks x 1 thread / (2 x 1 rank x 1 thread), same
    envs per rank (weak scaling), each library, runs interleaved 1-rank/2-rank. On a 2-core machine
-   2 ranks use every core, so anything else running (the OS, other users) is taken from them.
+   2 ranks use every core, so anything else running (the OS, other users) is taken from them. The
+   **machine ceiling** measures that: 2 independent 1-rank jobs started together (no process group,
+   nothing shared), total steps/s / (2 x one job alone). Scaling / ceiling is what distributed
+   training itself costs; the ceiling is what the machine costs (a VM's vCPUs share a host).
 4. **Gradient-sync overhead**: at 2 ranks, time inside collectives (``torch.distributed``
    all_reduce/broadcast/..., skrl-JAX's reduce/broadcast) / iteration time, per rank; the time
    includes waiting for the slower rank, which is how the library experiences it.
