@@ -29,6 +29,14 @@ CASES: list[tuple[str, list[str], dict[str, str], str | None, str]] = [
         "master_port",
     ),
     ("yaml-env-not-mapping", [], {}, "env: [A, B]\n", "env"),
+    ("yaml-budget-and-iterations", [], {}, "total_env_steps: 100000\nmax_iterations: 150\n", "total_env_steps"),
+    (
+        "yaml-budget-in-a-file-that-sets-iterations",
+        ["--total-env-steps", "100000"],
+        {},
+        "max_iterations: 150\n",
+        "cluster.yaml: max_iterations",
+    ),
     (
         "yaml-hostile-host",
         [],
@@ -41,6 +49,15 @@ CASES: list[tuple[str, list[str], dict[str, str], str | None, str]] = [
     ("cli-zero-envs", ["--num-envs", "0"], {}, None, "num_envs"),
     ("cli-zero-nproc", ["--nproc", "0"], {}, None, "nproc"),
     ("cli-negative-iterations", ["--max-iterations", "-5"], {}, None, "max_iterations"),
+    (
+        "cli-budget-and-iterations",
+        ["--total-env-steps", "100000", "--max-iterations", "5"],
+        {},
+        None,
+        "total_env_steps (--total-env-steps)",
+    ),
+    ("cli-zero-budget", ["--total-env-steps", "0"], {}, None, "total_env_steps"),
+    ("cli-float-budget", ["--total-env-steps", "1e6"], {}, None, "--total-env-steps"),
     ("cli-port-zero", ["--master-port", "0"], {}, None, "master_port"),
     (
         "cli-node-rank-out-of-range",
@@ -67,10 +84,18 @@ CASES: list[tuple[str, list[str], dict[str, str], str | None, str]] = [
     ("cli-missing-cluster-file", ["--cluster", "/nonexistent/cluster.yaml"], {}, None, "cluster"),
     ("env-wrong-type", [], {"ISLAB_SEED": "many"}, None, "ISLAB_SEED"),
     ("env-unknown-lib", [], {"ISLAB_LIB": "sb3"}, None, "ISLAB_LIB"),
+    (
+        "env-budget-and-cli-iterations",
+        ["--max-iterations", "5"],
+        {"ISLAB_TOTAL_ENV_STEPS": "100000"},
+        None,
+        "total_env_steps (ISLAB_TOTAL_ENV_STEPS)",
+    ),
     ("override-malformed", ["algorithm"], {}, None, "override"),
     ("override-unknown-key", ["algorithm.learnig_rate=1e-4"], {}, None, "algorithm.learning_rate"),
     ("override-into-a-value", ["algorithm.gamma.x=1"], {}, None, "algorithm.gamma"),
     ("override-hostile", ["algorithm.x=$(reboot)"], {}, None, "override"),
+    ("override-zero-rollout", ["--total-env-steps", "100000", "num_steps_per_env=0"], {}, None, "num_steps_per_env"),
 ]
 
 

@@ -100,6 +100,29 @@ def test_env_variables_for_options(islab, monkeypatch):
     assert argv[argv.index("--device") + 1] == "cpu"
 
 
+def test_total_env_steps_from_the_command_line_and_the_environment(islab, monkeypatch, tmp_path):
+    monkeypatch.setenv("ISLAB_TOTAL_ENV_STEPS", "300000")
+    data = dry_json(islab, "--lib", "rl_games", "--device", "cpu", "--nproc", "2", "--num-envs", "512")
+    argv = data["nodes"][0]["argv"]
+    assert argv[argv.index("--total-env-steps") + 1] == "300000" and "--max-iterations" not in argv
+    assert data["budget"]["iterations"] == 19  # ceil(300000 / (2 x 512 x horizon_length 16))
+    argv = dry_json(islab, "--device", "cpu", "--total-env-steps", "1000")["nodes"][0]["argv"]
+    assert argv[argv.index("--total-env-steps") + 1] == "1000"  # the command line wins
+    code, out, err = islab("--device", "cpu", "--max-iterations", "5", "--dry-run")
+    assert code == 2 and out == ""
+    assert err.startswith("error: total_env_steps (ISLAB_TOTAL_ENV_STEPS): ") and "(given by --max-iterations)" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_total_env_steps_reaches_sbatch_nodes(islab, tmp_path):
+    code, out, err = islab(
+        "sbatch", "--device", "cpu", "--nproc", "2", "--total-env-steps", "5000", "--log-dir", str(tmp_path / "L")
+    )
+    assert code == 0, err
+    node_command = out.strip().splitlines()[-1]  # `exec srun ... \` then the node's islab-train
+    assert "--slurm" in node_command and "--total-env-steps 5000" in node_command
+
+
 def test_multinode_without_node_rank_dry_runs_every_node(islab, tmp_path):
     data = dry_json(islab, "--cluster", str(REPO / "configs/cluster/two-node-static.yaml"))
     assert [node["node_rank"] for node in data["nodes"]] == [0, 1]
@@ -280,6 +303,7 @@ HEAVY = ("torch", "numpy", "gymnasium", "jax", "skrl", "rsl_rl", "rl_games")
     [
         ["--lib", "rsl_rl", "--device", "cpu", "--nproc", "2", "--dry-run"],
         ["--lib", "skrl", "--ml-framework", "jax", "--gpus", "2", "--dry-run", "--json"],
+        ["--lib", "rl_games", "--device", "cpu", "--nproc", "2", "--total-env-steps", "100000", "--dry-run"],
         ["--help"],
         ["--num-envs", "0", "--dry-run"],
         ["sbatch", "--device", "cpu", "--nproc", "2", "--log-dir", "{tmp}/logs"],

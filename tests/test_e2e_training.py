@@ -24,7 +24,14 @@ PATHS = [
 ]
 
 
-def launch(tmp_path: Path, lib: str, ml_framework: str, *extra: str, env: dict[str, str] | None = None):
+def launch(
+    tmp_path: Path,
+    lib: str,
+    ml_framework: str,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    iterations: tuple[str, ...] = ("--max-iterations", "3"),
+):
     command = [
         *ISLAB_TRAIN,
         "--lib", lib,
@@ -32,7 +39,7 @@ def launch(tmp_path: Path, lib: str, ml_framework: str, *extra: str, env: dict[s
         "--device", "cpu",
         "--nproc", "2",
         "--num-envs", "64",
-        "--max-iterations", "3",
+        *iterations,
         "--log-dir", str(tmp_path / "logs"),
         "--run-name", "e2e",
         *extra,
@@ -120,3 +127,24 @@ def test_elastic_restart_resumes_from_the_latest_checkpoint(tmp_path: Path) -> N
     assert (run_dir / ".fault-injected-rank1").exists()
     digests = {json.loads((run_dir / "digests" / f"rank_{r}.json").read_text())["policy_sha256"] for r in (0, 1)}
     assert len(digests) == 1
+
+
+@pytest.mark.slow
+def test_total_env_steps_trains_the_ceiling_of_the_budget_over_all_ranks(tmp_path: Path) -> None:
+    # one iteration of 2 ranks x 64 envs x 8 steps (the override) is 1024 env steps: 3000 -> 3 iterations
+    budget, per_iteration = 3000, 2 * 64 * 8
+    expected = -(-budget // per_iteration)
+    result = launch(tmp_path, "rsl_rl", "torch", "num_steps_per_env=8", iterations=("--total-env-steps", str(budget)))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    line = "--total-env-steps 3000 = 3 iterations × 2 ranks × 64 envs × 8 steps (3072 env steps)"
+    assert f"islab-train: {line}" in result.stderr
+    run_dir = the_run_dir(tmp_path, "rsl_rl")
+    assert f"[islab] {line}" in (run_dir / "logs" / "rank_0.log").read_text()
+
+    summary = summary_of(run_dir)
+    assert summary["iterations"] == summary["iteration"] == expected == 3
+    assert summary["env_steps"] == expected * per_iteration >= budget > (expected - 1) * per_iteration
+    assert (summary["total_env_steps"], summary["world_size"]) == (budget, 2)
+    records = [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in records] == [1, 2, 3] and {r["max_iterations"] for r in records} == {3}
+    assert records[-1]["env_steps"] >= budget

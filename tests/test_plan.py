@@ -213,8 +213,12 @@ def test_json_shape_is_exact_and_secrets_masked(tmp_path):
     spec = resolve_spec({"python": Provided("/opt/py/bin/python", "--python")}, None, cluster).spec
     plan = build_plan(spec, now=NOW, free_port=FREE_PORT)
     data = json.loads(format_json(plan))
-    assert set(data) == {"launcher", "nodes"}
+    assert set(data) == {"launcher", "budget", "nodes"}
     assert data["launcher"] == "torchrun"
+    assert data["budget"] == {
+        "total_env_steps": None, "max_iterations": 150, "iterations": 150, "world_size": 2,
+        "world_size_range": [2, 2], "num_envs_per_rank": 4096, "rollout_length": 16, "env_steps": 150 * 2 * 4096 * 16,
+    }  # fmt: skip
     (node,) = data["nodes"]
     assert set(node) == {"node_rank", "argv", "env"}
     assert node["node_rank"] == 0 and node["argv"] == list(plan.nodes[0].argv)
@@ -360,3 +364,62 @@ def test_resume_checkpoint_interval_and_peer_timeout_reach_the_worker(tmp_path):
     assert plan.run_dir == str(run_dir)
     checkpoint_file = run_dir / "checkpoints" / "latest.pt"
     assert plan_for(device="cpu", nproc_per_node=2, resume=str(checkpoint_file)).run_dir != str(run_dir)
+
+
+# ----------------------------------------------------------------------------------------------
+# --total-env-steps: the worker gets the budget, the dry run shows what it means
+# ----------------------------------------------------------------------------------------------
+
+
+def test_torchrun_workers_get_the_budget_instead_of_iterations():
+    plan = plan_for(device="cpu", nproc_per_node=2, num_envs=1024, total_env_steps=1_000_000)
+    worker_argv = torchrun_args(plan.nodes[0].argv).training_script_args
+    assert "--max-iterations" not in worker_argv
+    assert worker_argv[worker_argv.index("--total-env-steps") + 1] == "1000000"
+    check_worker(worker_argv, total_env_steps=1_000_000, max_iterations=None, num_envs=1024)
+    # without a budget, nothing changes
+    worker_argv = torchrun_args(plan_for(device="cpu", max_iterations=7).nodes[0].argv).training_script_args
+    assert "--total-env-steps" not in worker_argv
+    check_worker(worker_argv, max_iterations=7, total_env_steps=None)
+
+
+def test_jax_workers_get_the_budget_on_every_path(monkeypatch):
+    spec = resolved(
+        lib="skrl", ml_framework="jax", nnodes=2, coordinator_address="10.0.0.1:5000", total_env_steps=500_000
+    ).spec
+    plan = build_plan(spec, now=NOW, free_port=FREE_PORT)
+    for node in plan.nodes:
+        check_worker(jax_launcher_args(node.argv).script_args, total_env_steps=500_000, max_iterations=None)
+        for rank in node.ranks:  # what a real launch starts itself
+            check_worker(list(rank.argv[2:]), total_env_steps=500_000, max_iterations=None)
+
+
+def test_dry_run_shows_the_budget_with_the_overridden_rollout():
+    res = resolved(
+        device="cpu", nproc_per_node=2, num_envs=1024, total_env_steps=1_000_000, overrides=("num_steps_per_env=8",)
+    )
+    plan = build_plan(res.spec, now=NOW, free_port=FREE_PORT)
+    text = format_text(plan, res)
+    assert (
+        "# budget: --total-env-steps 1000000 = 62 iterations × 2 ranks × 1024 envs × 8 steps (1015808 env steps)\n"
+        in text
+    )
+    assert "max_iterations         = -  (source: default, derived from total_env_steps by each run)" in text
+    assert "total_env_steps        = 1000000  (source: cli, --total_env_steps)" in text
+    budget = json.loads(format_json(plan))["budget"]
+    assert (budget["iterations"], budget["world_size"], budget["rollout_length"]) == (62, 2, 8)
+    assert budget["env_steps"] == 1015808 >= budget["total_env_steps"] == 1_000_000
+    assert budget["max_iterations"] is None
+
+
+def test_dry_run_of_an_elastic_job_leaves_the_iterations_to_the_run():
+    res = resolved(
+        nnodes="1:2", nproc_per_node=2, num_envs=1024, rendezvous__backend="c10d",
+        rendezvous__endpoint="10.0.0.1:29400", total_env_steps=1_000_000,
+    )  # fmt: skip
+    plan = build_plan(res.spec, now=NOW, free_port=FREE_PORT)
+    budget = json.loads(format_json(plan))["budget"]
+    assert budget["iterations"] is None and budget["world_size"] is None and budget["env_steps"] is None
+    assert budget["world_size_range"] == [2, 4]
+    line = next(line for line in format_text(plan, res).splitlines() if line.startswith("# budget:"))
+    assert "31 iterations × 2 ranks" in line and "16 iterations × 4 ranks" in line

@@ -330,3 +330,60 @@ def test_command_line_node_count_replaces_a_range_from_the_file(tmp_path):
     path = write(tmp_path, 'nnodes: "1:2"\nrendezvous:\n  backend: c10d\n  endpoint: h:1\n')
     spec = resolve_spec(cli(nnodes=2), cluster_file=path).spec
     assert (spec.nnodes, spec.elastic) == (2, False)
+
+
+# ----------------------------------------------------------------------------------------------
+# total_env_steps: a sample budget instead of max_iterations
+# ----------------------------------------------------------------------------------------------
+
+
+def test_total_env_steps_defaults_to_none_and_follows_the_precedence(tmp_path):
+    assert resolve_spec().spec.total_env_steps is None
+    path = write(tmp_path, "total_env_steps: 3000\n")
+    assert resolve_spec(cluster_file=path).sources["total_env_steps"] is Source.FILE
+    resolved = resolve_spec(None, env(total_env_steps=2000), path)
+    assert (resolved.spec.total_env_steps, resolved.sources["total_env_steps"]) == (2000, Source.ENV)
+    resolved = resolve_spec(cli(total_env_steps=1000), env(total_env_steps=2000), path)
+    assert (resolved.spec.total_env_steps, resolved.sources["total_env_steps"]) == (1000, Source.CLI)
+    assert resolved.sources.get("max_iterations", Source.DEFAULT) is Source.DEFAULT
+    # the iterations are the worker's to derive: the printed/recorded spec does not claim 150
+    assert resolved.spec.to_plain()["max_iterations"] is None
+    assert resolve_spec().spec.to_plain()["max_iterations"] == 150
+
+
+@pytest.mark.parametrize(
+    ("layers", "origin"),
+    [
+        ({"cli": {"total_env_steps": 1000, "max_iterations": 5}}, "(given by --max_iterations)"),
+        ({"cli": {"total_env_steps": 1000}, "env": {"max_iterations": 5}}, "(given by ISLAB_MAX_ITERATIONS)"),
+        ({"env": {"total_env_steps": 1000}, "file": "max_iterations: 5\n"}, "(given by cluster.yaml: max_iterations)"),
+        ({"file": "total_env_steps: 1000\nmax_iterations: 150\n"}, "(given by cluster.yaml: max_iterations)"),
+    ],
+    ids=["cli+cli", "cli+env", "env+file", "file+file"],
+)
+def test_total_env_steps_with_an_explicit_max_iterations_is_an_error(tmp_path, layers, origin):
+    kwargs: dict[str, object] = {}
+    if "cli" in layers:
+        kwargs["cli"] = cli(**layers["cli"])
+    if "env" in layers:
+        kwargs["env"] = env(**layers["env"])
+    if "file" in layers:
+        kwargs["cluster_file"] = write(tmp_path, layers["file"])
+    message = errors_of(**kwargs)
+    (line,) = message.splitlines()
+    label, _, problem = line.removeprefix("error: ").partition(": is a sample budget")
+    assert "total_env_steps" in label and "max_iterations" not in label
+    assert "cannot be combined with max_iterations" in problem and origin in problem
+    assert line.endswith("or max_iterations to train that many iterations on every rank.")
+
+
+def test_total_env_steps_must_be_a_positive_whole_number():
+    assert "must be at least 1, got 0" in errors_of(cli=cli(total_env_steps=0))
+    assert "expected a whole number" in errors_of(cli=cli(total_env_steps="1e6"))
+
+
+def test_a_rollout_length_override_that_cannot_make_a_budget_is_refused():
+    message = errors_of(cli=cli(total_env_steps=1000, overrides=("num_steps_per_env=0",)))
+    assert message.startswith("error: num_steps_per_env: the rollout length") and "got 0" in message
+    message = errors_of(cli=cli(lib="skrl", overrides=("agent.rollouts=many",)))
+    assert "agent.rollouts" in message

@@ -119,6 +119,7 @@ OPTION_FIELDS: dict[str, tuple[str, str]] = {
     "num_envs": ("num_envs", "--num-envs"),
     "seed": ("seed", "--seed"),
     "max_iterations": ("max_iterations", "--max-iterations"),
+    "total_env_steps": ("total_env_steps", "--total-env-steps"),
     "device": ("device", "--device"),
     "nproc": ("nproc_per_node", "--nproc"),
     "nnodes": ("nnodes", "--nnodes"),
@@ -201,9 +202,21 @@ def train(
     max_iterations: Annotated[
         int | None,
         typer.Option(
-            help="Training iterations PER RUN: every rank does this many updates. Not rescaled when "
-            "ranks are added (more ranks = more samples per update, same number of updates). Default: 150.",
+            help="Iterations PER RUN: every rank does this many training updates. Not rescaled when "
+            "ranks are added (more ranks = more samples per update, same number of updates); see "
+            "--total-env-steps for a fixed sample budget. Default: 150.",
             envvar=env_var("max_iterations"),
+            rich_help_panel=PANEL_TRAINING,
+        ),
+    ] = None,
+    total_env_steps: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N",
+            help="Instead of --max-iterations: train until the env steps SUMMED OVER ALL RANKS reach N, "
+            "i.e. ceil(N / (world size x num_envs x rollout length)) iterations, computed by the run from "
+            "the world size it gets, so adding ranks keeps the sample budget. Not with --max-iterations.",
+            envvar=env_var("total_env_steps"),
             rich_help_panel=PANEL_TRAINING,
         ),
     ] = None,
@@ -359,7 +372,8 @@ def train(
         typer.Option(
             metavar="PATH",
             help="Continue a run: its run directory (training goes on there) or a checkpoint file "
-            "(a new run directory). --max-iterations more iterations are trained. Only node 0 reads it.",
+            "(a new run directory). --max-iterations M more iterations (or --total-env-steps N more env "
+            "steps) are trained. Only node 0 reads it.",
             envvar=env_var("resume"),
             rich_help_panel=PANEL_OUTPUT,
         ),
@@ -559,6 +573,8 @@ def _plan_and_go(resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, al
     supervise.write_launch_record(plan.run_dir, record)
     where = f"node {spec.node_rank}" if spec.node_rank is not None else "this node"
     print(f"islab-train: starting {plan.launcher} on {where}; run directory: {plan.run_dir}", file=sys.stderr)
+    if spec.total_env_steps is not None and plan.budget is not None:
+        print(f"islab-train: {plan.budget.describe(resuming=spec.resume is not None)}", file=sys.stderr)
     first_rank = node_rank * spec.nproc_per_node
     hosts_rank0 = node_rank == 0
     console = supervise.ConsoleOptions(

@@ -15,7 +15,8 @@ at ``--rdzv_endpoint`` under a shared ``--rdzv_id`` and torchrun assigns node ra
 ignores ``--node_rank``, so none is passed). skrl-JAX nodes meet at ``--coordinator_address``.
 
 Everything in this module is a pure function of its inputs -- the spec, the clock and a port the
-caller found free -- so the same inputs always give the same plan and tests need no machine state.
+caller found free (and the agent-config YAML the spec names, for the budget's rollout length) --
+so the same inputs always give the same plan and tests need no machine state.
 Probing ports, counting GPUs and starting processes happen at the edges (:mod:`islab.cli`,
 :mod:`islab.supervise`). No torch import here.
 """
@@ -31,6 +32,8 @@ from pathlib import PurePath
 from types import MappingProxyType
 from typing import Literal
 
+from islab.agent_config import load_agent_config
+from islab.budget import Budget
 from islab.spec import (
     DEFAULT_C10D_ID,
     DEFAULT_MULTINODE_MASTER_PORT,
@@ -84,6 +87,8 @@ class LaunchPlan:
     rendezvous_address: str | None = None
     rendezvous_timeout_s: int = DEFAULT_RDZV_TIMEOUT_S
     nnodes: int = 1
+    # What the job trains (iterations x ranks x envs x rollout): shown by the dry run.
+    budget: Budget | None = None
 
     def node(self, node_rank: int) -> NodePlan:
         for node in self.nodes:
@@ -115,7 +120,9 @@ def worker_args(spec: RunSpec, run_dir: str) -> list[str]:
         "--task", spec.task,
         "--num-envs", str(spec.num_envs),
         "--seed", str(spec.seed),
-        "--max-iterations", str(spec.max_iterations),
+        # the worker turns a budget into iterations once it knows the world size it got
+        *(["--total-env-steps", str(spec.total_env_steps)] if spec.total_env_steps is not None
+          else ["--max-iterations", str(spec.max_iterations)]),
         "--device", spec.device,
         "--run-dir", run_dir,
         "--distributed",
@@ -125,6 +132,22 @@ def worker_args(spec: RunSpec, run_dir: str) -> list[str]:
         *(["--resume", spec.resume] if spec.resume is not None else []),
         *spec.overrides,
     ]  # fmt: skip
+
+
+def budget_of(spec: RunSpec) -> Budget:
+    """The job's sample budget. The world size is known here unless the node count is elastic;
+    reading the agent config (for the rollout length) is a YAML read, no torch."""
+    agent_cfg = load_agent_config(spec.lib, spec.task, spec.overrides)
+    low = (spec.min_nnodes or spec.nnodes) * spec.nproc_per_node
+    high = spec.nnodes * spec.nproc_per_node
+    return Budget.of(
+        spec.lib,
+        agent_cfg,
+        num_envs=spec.num_envs,
+        world_size=(low, high),
+        max_iterations=spec.max_iterations if spec.total_env_steps is None else None,
+        total_env_steps=spec.total_env_steps,
+    )
 
 
 def plan_env(spec: RunSpec) -> dict[str, str]:
@@ -263,6 +286,7 @@ def build_plan(spec: RunSpec, *, now: datetime, free_port: int) -> LaunchPlan:
         rendezvous_address=_meeting_point(derived),
         rendezvous_timeout_s=spec.rendezvous.timeout_s,
         nnodes=spec.nnodes,
+        budget=budget_of(spec),
     )
 
 
@@ -322,6 +346,7 @@ def format_json(plan: LaunchPlan) -> str:
     """The machine-readable dry run: launcher, and per node the full argv and the added env."""
     payload = {
         "launcher": plan.launcher,
+        "budget": plan.budget.to_plain() if plan.budget is not None else None,
         "nodes": [
             {"node_rank": node.node_rank, "argv": list(node.argv), "env": mask_env(node.env)} for node in plan.nodes
         ],
@@ -346,6 +371,7 @@ def format_text(plan: LaunchPlan, resolved: ResolvedSpec) -> str:
         f"{spec.nproc_per_node} process(es) on {spec.device}, world size "
         f"{'up to ' if spec.elastic else ''}{spec.nnodes * spec.nproc_per_node}",
         f"# run dir: {plan.run_dir}",
+        *([f"# budget: {plan.budget.describe(resuming=spec.resume is not None)}"] if plan.budget is not None else []),
         "# resolved spec (field = value  (source: cli|env|file|default)):",
     ]
     if resolved.cluster_file:
@@ -357,6 +383,8 @@ def format_text(plan: LaunchPlan, resolved: ResolvedSpec) -> str:
         detail = f"source: {source.value}" + (f", {origin}" if origin and source.value != "file" else "")
         if value is None and name in plan.derived:
             value, detail = plan.derived[name], f"{detail}, chosen by the planner"
+        elif name == "max_iterations" and spec.total_env_steps is not None:
+            detail = f"{detail}, derived from total_env_steps by each run"
         lines.append(f"#   {name.ljust(width)} = {_comment_value(value)}  ({detail})")
     if plan.launcher == "skrl-jax":
         lines.append(

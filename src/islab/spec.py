@@ -52,6 +52,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from islab.agent_config import AgentConfigError, load_agent_config
+from islab.budget import rollout_length
 from islab.tasks import LIBRARIES, TASKS, agent_config_path
 
 Lib = Literal["rl_games", "rsl_rl", "skrl"]
@@ -131,9 +132,14 @@ class SpecError(Exception):
         super().__init__("\n".join(issue.message() for issue in self.issues))
 
 
-def _rule(field_name: str, problem: str, fix: str) -> PydanticCustomError:
-    """A validation failure that already speaks human: field, problem and fix travel in ctx."""
-    return PydanticCustomError("spec_rule", "{problem}", {"field": field_name, "problem": problem, "fix": fix})
+def _rule(field_name: str, problem: str, fix: str, *, given_by: str | None = None) -> PydanticCustomError:
+    """A validation failure that already speaks human: field, problem and fix travel in ctx.
+    ``given_by`` names another field whose origin (``--max-iterations``, ``cpu.yaml: ...``) the
+    message should add, since only :func:`resolve_spec` knows where values came from."""
+    ctx = {"field": field_name, "problem": problem, "fix": fix}
+    if given_by is not None:
+        ctx["given_by"] = given_by
+    return PydanticCustomError("spec_rule", "{problem}", ctx)
 
 
 def suggest(word: str, candidates: list[str] | tuple[str, ...]) -> str:
@@ -261,7 +267,11 @@ class RunSpec(_Frozen):
     task: StrictStr = DEFAULT_TASK
     num_envs: Count = TASKS[DEFAULT_TASK].default_num_envs
     seed: NonNegative = 42
+    # Per run: every rank does this many updates. Ignored when ``total_env_steps`` is given (the
+    # worker derives the iterations from it); giving both is an error.
     max_iterations: Count = 150
+    # A budget for the whole job: env steps summed over all ranks (see islab.budget).
+    total_env_steps: Count | None = None
     # The number of nodes; with ``nnodes: "MIN:MAX"`` (c10d only) this is MAX and ``min_nnodes`` is
     # MIN. ``min_nnodes`` is not an input key: it only comes from the range, and the spec prints
     # and serializes ``nnodes`` back as ``"MIN:MAX"``.
@@ -312,6 +322,22 @@ class RunSpec(_Frozen):
         if low > high:
             raise _rule("nnodes", f"{value!r}: MIN is larger than MAX", f"Write it as {high}:{low}")
         return {**data, "nnodes": high, "min_nnodes": low if low < high else None}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _budget_or_iterations(cls, data: Any) -> Any:
+        """``total_env_steps`` decides the iterations, so an explicit ``max_iterations`` (a key that
+        is present at all: defaults are not) contradicts it."""
+        if isinstance(data, Mapping) and data.get("total_env_steps") is not None and "max_iterations" in data:
+            raise _rule(
+                "total_env_steps",
+                "is a sample budget for the whole job and decides the number of iterations, so it cannot be "
+                "combined with max_iterations",
+                "Remove one: keep total_env_steps to train that many env steps summed over all ranks, or "
+                "max_iterations to train that many iterations on every rank",
+                given_by="max_iterations",
+            )
+        return data
 
     @field_serializer("nnodes")
     def _nnodes_as_given(self, value: int) -> int | str:
@@ -462,7 +488,8 @@ class RunSpec(_Frozen):
         if self.resume is not None and self.node_rank in (None, 0):
             self._check_resume_path(Path(self.resume))
         try:
-            load_agent_config(self.lib, self.task, self.overrides)
+            # The rollout length turns iterations into env steps (islab.budget; the dry run shows it).
+            rollout_length(self.lib, load_agent_config(self.lib, self.task, self.overrides))
         except AgentConfigError as error:
             raise _rule(
                 error.field, error.message, f"The keys are those of {agent_config_path(self.lib, self.task)}"
@@ -554,6 +581,8 @@ class RunSpec(_Frozen):
     def to_plain(self) -> dict[str, Any]:
         """A plain dict (YAML/JSON-ready) of the spec with secret-looking env values masked."""
         data = self.model_dump()
+        if self.total_env_steps is not None:
+            data["max_iterations"] = None  # the worker derives the iterations from the budget
         data["env"] = mask_env(self.env)
         data["overrides"] = list(self.overrides)
         return data
@@ -739,6 +768,7 @@ def resolve_spec(
 _FIELD_FIX = {
     "num_envs": "Give the number of parallel environments per rank, e.g. 4096",
     "max_iterations": "Give the number of training iterations (each rank runs them all), e.g. 150",
+    "total_env_steps": "Give the env steps to train, summed over all ranks, e.g. 1000000",
     "nnodes": "Give the number of machines, e.g. 2",
     "nproc_per_node": "Give the processes per node, e.g. --gpus 2 or --device cpu --nproc 2",
     "node_rank": "Give this node's index, 0 for the first node",
@@ -766,7 +796,11 @@ def _issue_from_pydantic(err: Mapping[str, Any], origins: Mapping[str, str]) -> 
     if kind == "spec_rule":
         dotted = ctx.get("field") or ".".join(loc)
         label = _env_label(dotted, origins) if dotted.startswith("env.") else _label(dotted, origins)
-        return Issue(label, ctx["problem"], ctx["fix"])
+        problem = ctx["problem"]
+        if ctx.get("given_by"):
+            origin = origins.get(ctx["given_by"])
+            problem = f"{problem} (given by {origin})" if origin else problem
+        return Issue(label, problem, ctx["fix"])
     # Errors inside a mapping/tuple (env.NAME, overrides.0) are reported on the parent field.
     dotted = ".".join(loc[:2]) if loc and loc[0] == "rendezvous" else (loc[0] if loc else "spec")
     label = _label(dotted, origins)

@@ -31,6 +31,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from islab.budget import rollout_length
 from islab.envs.base import DirectRLEnv
 from islab.libs.base import LibraryAdapter, TrainResult
 from islab.worker.context import RankContext
@@ -41,7 +42,7 @@ FINAL_CHECKPOINT_STEM = "agent_final"
 
 
 def rollouts(agent_cfg: dict[str, Any]) -> int:
-    return int(agent_cfg["agent"]["rollouts"])
+    return rollout_length("skrl", agent_cfg)
 
 
 def checkpoint_interval(max_iterations: int, steps_per_iteration: int) -> int:

@@ -68,6 +68,7 @@ from rl_games.common.algo_observer import AlgoObserver
 from rl_games.common.ivecenv import IVecEnv
 from rl_games.torch_runner import Runner
 
+from islab.budget import rollout_length
 from islab.envs.base import DirectRLEnv
 from islab.libs.base import LibraryAdapter, TrainResult, atomic_torch_save
 from islab.worker.context import RankContext, init_process_group
@@ -305,7 +306,7 @@ class RlGamesAdapter(LibraryAdapter):
             full_experiment_name=self.run_dir.name,
         )
         config.setdefault("torch_compile", False)
-        self.horizon_length = int(config["horizon_length"])
+        self.horizon_length = rollout_length(self.name, agent_cfg)
         self.fit_minibatch(config, env.num_envs * self.horizon_length)
         self.runner = Runner(algo_observer=EpisodeLogObserver())
         # Our agent replaces rl_games' under the same name, so the config's algo.name still works.

@@ -54,6 +54,7 @@ from rsl_rl.env import VecEnv
 from rsl_rl.runners import OnPolicyRunner
 from tensordict import TensorDict
 
+from islab.budget import rollout_length
 from islab.envs.base import DirectRLEnv
 from islab.libs.base import LibraryAdapter, TrainResult, atomic_torch_save
 from islab.worker.context import RankContext, init_process_group
@@ -156,7 +157,7 @@ class RslRlAdapter(LibraryAdapter):
             self.run_dir.mkdir(parents=True, exist_ok=True)
         log_dir = str(self.run_dir) if ctx.is_main else None
         self.runner = RankAwareOnPolicyRunner(self.vec_env, train_cfg, ctx, log_dir=log_dir, device=ctx.device)
-        self.num_steps_per_env = int(train_cfg["num_steps_per_env"])
+        self.num_steps_per_env = rollout_length(self.name, train_cfg)
         self._report_each_iteration()
 
     def _report_each_iteration(self) -> None:

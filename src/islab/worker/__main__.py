@@ -14,7 +14,10 @@ top to bottom, is the whole story of a rank:
     results         policy digest per rank (to prove every rank holds the same policy), summary
 
 Iterations count from the start of a run, across resumes. ``--resume PATH --max-iterations M``
-continues a checkpoint at iteration N for M more iterations (to N+M). An elastic restart
+continues a checkpoint at iteration N for M more iterations (to N+M). ``--total-env-steps T``
+replaces ``--max-iterations`` with ``ceil(T / (world size × num_envs × rollout length))``
+iterations, computed here from the world size this job actually got (islab.budget); with
+``--resume`` that is T more env steps. An elastic restart
 (torchrun ``--max_restarts``; ``TORCHELASTIC_RESTART_COUNT`` > 0) resumes from this run's own
 ``checkpoints/latest.pt`` when one exists and trains only up to the iteration the job was asked to
 reach, which the checkpoint records (``spec.target_iteration``). Isaac Lab restarts from scratch.
@@ -39,6 +42,7 @@ from typing import Any, TextIO
 import yaml
 
 from islab.agent_config import AgentConfigError, load_agent_config
+from islab.budget import Budget
 from islab.tasks import LIBRARIES, TASKS
 from islab.worker.faults import maybe_inject_fault
 
@@ -52,7 +56,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--task", choices=sorted(TASKS), required=True)
     parser.add_argument("--num-envs", type=int, required=True, help="environments on this rank")
     parser.add_argument("--seed", type=int, default=42, help="base seed; each rank adds its global rank")
-    parser.add_argument("--max-iterations", type=int, required=True)
+    length = parser.add_mutually_exclusive_group(required=True)
+    length.add_argument("--max-iterations", type=int, help="training iterations per run (every rank)")
+    length.add_argument(
+        "--total-env-steps",
+        type=int,
+        metavar="N",
+        help="train until the env steps summed over all ranks reach N (the iterations follow from the world size)",
+    )
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--distributed", action="store_true", help="train across all ranks of the job")
@@ -62,7 +73,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         metavar="PATH",
         help="continue a run: its directory (checkpoints/latest.pt) or a checkpoint file; "
-        "--max-iterations more iterations are trained. Only rank 0 reads it.",
+        "--max-iterations M more iterations (--total-env-steps N more env steps) are trained. Only rank 0 reads it.",
     )
     parser.add_argument(
         "--checkpoint-interval",
@@ -83,6 +94,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.ml_framework == "jax" and args.lib != "skrl":
         parser.error("--ml-framework jax is only available with --lib skrl")
+    for option, value in (("--max-iterations", args.max_iterations), ("--total-env-steps", args.total_env_steps)):
+        if value is not None and value < 1:
+            parser.error(f"{option} must be >= 1")
     if args.checkpoint_interval is not None and args.checkpoint_interval < 0:
         parser.error("--checkpoint-interval must be >= 0")
     return args
@@ -172,6 +186,14 @@ def find_resume_point(
     return ResumePoint(None, None, args.max_iterations, "new")
 
 
+def budget_for(args: argparse.Namespace, agent_cfg: dict[str, Any], world_size: int) -> Budget:
+    """``--total-env-steps`` as iterations: divided by what one iteration of ``world_size`` ranks
+    collects -- the world size this job actually got, which an elastic job only knows now."""
+    return Budget.of(
+        args.lib, agent_cfg, num_envs=args.num_envs, world_size=world_size, total_env_steps=args.total_env_steps
+    )
+
+
 def last_reported_iteration(progress: Path) -> int | None:
     """The highest iteration in ``progress.jsonl`` (rank 0's run directory), to count lost work."""
     from islab.display import read_progress  # skips a torn last line from a killed rank
@@ -212,6 +234,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     configure_process(ctx)
     init_process_group(ctx, timeout_s=args.peer_timeout)
     agent_cfg = load_agent_config(args.lib, args.task, args.overrides)
+    if args.total_env_steps is not None:
+        budget = budget_for(args, agent_cfg, ctx.world_size)
+        args.max_iterations = budget.iterations  # from here on (resume, spec.yaml) the budget is iterations
+        if ctx.is_main:
+            print(f"[islab] {budget.describe(resuming=args.resume is not None)}", flush=True)
     # Imported before anything collective: skrl-JAX joins jax.distributed when skrl is imported.
     adapter_class = load_adapter(args.lib, args.ml_framework)
     env = make_env(args.task, args.num_envs, ctx.device, seed=ctx.seed)
@@ -276,6 +303,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "start_iteration": start_iteration,
         "islab_checkpoint": None,
         "resumed": resumed,
+        "total_env_steps": args.total_env_steps,
         "world_size": ctx.world_size,
         "run_dir": str(run_dir),
     }
