@@ -31,13 +31,6 @@ CASES: list[tuple[str, list[str], dict[str, str], str | None, str]] = [
     ("yaml-env-not-mapping", [], {}, "env: [A, B]\n", "env"),
     ("yaml-budget-and-iterations", [], {}, "total_env_steps: 100000\nmax_iterations: 150\n", "total_env_steps"),
     (
-        "yaml-budget-in-a-file-that-sets-iterations",
-        ["--total-env-steps", "100000"],
-        {},
-        "max_iterations: 150\n",
-        "cluster.yaml: max_iterations",
-    ),
-    (
         "yaml-hostile-host",
         [],
         {},
@@ -84,13 +77,6 @@ CASES: list[tuple[str, list[str], dict[str, str], str | None, str]] = [
     ("cli-missing-cluster-file", ["--cluster", "/nonexistent/cluster.yaml"], {}, None, "cluster"),
     ("env-wrong-type", [], {"ISLAB_SEED": "many"}, None, "ISLAB_SEED"),
     ("env-unknown-lib", [], {"ISLAB_LIB": "sb3"}, None, "ISLAB_LIB"),
-    (
-        "env-budget-and-cli-iterations",
-        ["--max-iterations", "5"],
-        {"ISLAB_TOTAL_ENV_STEPS": "100000"},
-        None,
-        "total_env_steps (ISLAB_TOTAL_ENV_STEPS)",
-    ),
     ("override-malformed", ["algorithm"], {}, None, "override"),
     ("override-unknown-key", ["algorithm.learnig_rate=1e-4"], {}, None, "algorithm.learning_rate"),
     ("override-into-a-value", ["algorithm.gamma.x=1"], {}, None, "algorithm.gamma"),

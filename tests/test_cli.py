@@ -108,9 +108,11 @@ def test_total_env_steps_from_the_command_line_and_the_environment(islab, monkey
     assert data["budget"]["iterations"] == 19  # ceil(300000 / (2 x 512 x horizon_length 16))
     argv = dry_json(islab, "--device", "cpu", "--total-env-steps", "1000")["nodes"][0]["argv"]
     assert argv[argv.index("--total-env-steps") + 1] == "1000"  # the command line wins
-    code, out, err = islab("--device", "cpu", "--max-iterations", "5", "--dry-run")
+    argv = dry_json(islab, "--device", "cpu", "--max-iterations", "5")["nodes"][0]["argv"]
+    assert argv[argv.index("--max-iterations") + 1] == "5" and "--total-env-steps" not in argv  # so does this
+    code, out, err = islab("--device", "cpu", "--max-iterations", "5", "--total-env-steps", "1000", "--dry-run")
     assert code == 2 and out == ""
-    assert err.startswith("error: total_env_steps (ISLAB_TOTAL_ENV_STEPS): ") and "(given by --max-iterations)" in err
+    assert err.startswith("error: total_env_steps (--total-env-steps): ") and "(given by --max-iterations)" in err
     assert len(err.strip().splitlines()) == 1
 
 

@@ -355,13 +355,12 @@ def test_total_env_steps_defaults_to_none_and_follows_the_precedence(tmp_path):
     ("layers", "origin"),
     [
         ({"cli": {"total_env_steps": 1000, "max_iterations": 5}}, "(given by --max_iterations)"),
-        ({"cli": {"total_env_steps": 1000}, "env": {"max_iterations": 5}}, "(given by ISLAB_MAX_ITERATIONS)"),
-        ({"env": {"total_env_steps": 1000}, "file": "max_iterations: 5\n"}, "(given by cluster.yaml: max_iterations)"),
+        ({"env": {"total_env_steps": 1000, "max_iterations": 5}}, "(given by ISLAB_MAX_ITERATIONS)"),
         ({"file": "total_env_steps: 1000\nmax_iterations: 150\n"}, "(given by cluster.yaml: max_iterations)"),
     ],
-    ids=["cli+cli", "cli+env", "env+file", "file+file"],
+    ids=["cli", "env", "file"],
 )
-def test_total_env_steps_with_an_explicit_max_iterations_is_an_error(tmp_path, layers, origin):
+def test_total_env_steps_with_max_iterations_in_the_same_layer_is_an_error(tmp_path, layers, origin):
     kwargs: dict[str, object] = {}
     if "cli" in layers:
         kwargs["cli"] = cli(**layers["cli"])
@@ -375,6 +374,18 @@ def test_total_env_steps_with_an_explicit_max_iterations_is_an_error(tmp_path, l
     assert "total_env_steps" in label and "max_iterations" not in label
     assert "cannot be combined with max_iterations" in problem and origin in problem
     assert line.endswith("or max_iterations to train that many iterations on every rank.")
+
+
+def test_a_higher_layer_decides_between_budget_and_iterations(tmp_path):
+    # the shipped cluster files set max_iterations; --total-env-steps on the command line wins
+    path = write(tmp_path, "max_iterations: 150\n")
+    resolved = resolve_spec(cli(total_env_steps=1000), None, path)
+    assert (resolved.spec.total_env_steps, resolved.sources["total_env_steps"]) == (1000, Source.CLI)
+    assert "max_iterations" not in resolved.sources
+    # ... and the other way round: an explicit --max-iterations beats a budget from the environment
+    resolved = resolve_spec(cli(max_iterations=5), env(total_env_steps=1000))
+    assert (resolved.spec.max_iterations, resolved.spec.total_env_steps) == (5, None)
+    assert resolved.sources["max_iterations"] is Source.CLI and "total_env_steps" not in resolved.sources
 
 
 def test_total_env_steps_must_be_a_positive_whole_number():

@@ -707,6 +707,9 @@ def _unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
     return nested
 
 
+_RIVALS = {"total_env_steps": "max_iterations", "max_iterations": "total_env_steps"}
+
+
 def resolve_spec(
     cli: Mapping[str, Provided] | None = None,
     env: Mapping[str, Provided] | None = None,
@@ -740,6 +743,13 @@ def resolve_spec(
     sources: dict[str, Source] = {}
     origins: dict[str, str] = {}
     for source, layer in reversed(layers):  # lowest precedence first, higher ones overwrite
+        # The two ways of saying how long to train replace each other across layers, as one value
+        # replaces another: --total-env-steps on the command line beats max_iterations in a
+        # cluster file. Both in one layer is a contradiction, reported by RunSpec.
+        for name, rival in _RIVALS.items():
+            if name in layer and rival not in layer:
+                for held in (merged, sources, origins):
+                    held.pop(rival, None)
         for name, provided in layer.items():
             merged[name] = provided.value
             sources[name] = source
