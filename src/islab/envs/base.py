@@ -105,7 +105,9 @@ class DirectRLEnv:
         n = self.num_envs
         self.episode_length_buf = torch.zeros(n, dtype=torch.long, device=self.device)
         # terminated, truncated, either: three rows of one buffer, so one op can fill all three
-        self._done_bufs = torch.zeros(3, n, dtype=torch.bool, device=self.device)
+        # (bytes viewed as bools, so a compiled step can write 0/1 bytes and need no conversion op)
+        self._done_bytes = torch.zeros(3, n, dtype=torch.uint8, device=self.device)
+        self._done_bufs = self._done_bytes.view(torch.bool)
         self.reset_terminated, self.reset_time_outs, self.reset_buf = self._done_bufs.unbind(0)
         self.reward_buf = torch.zeros(n, device=self.device)
         # Running episode return per env, reported in extras["log"] when episodes finish.
