@@ -442,6 +442,17 @@ class LaunchResult:
                 by_name.setdefault(name, []).append(d)
         return sum(len(v) * min(v) for v in by_name.values()) / (end - start) if end > start else None
 
+    def collective_calls(self, warmup: int, rank: int = 0) -> tuple[float, float] | None:
+        """(collective calls per iteration, median time of one call in seconds) on ``rank``: with
+        a fixed cost per call on the machine, the count is what a library controls."""
+        timing = self.timings.get(rank)
+        if not timing or len(timing["iteration_end"]) <= warmup:
+            return None
+        start, end = timing["iteration_end"][warmup - 1], timing["iteration_end"][-1]
+        calls = [d for s, d, _ in timing["collective"] if start <= s < end]
+        iterations = len(timing["iteration_end"]) - warmup
+        return (len(calls) / iterations, statistics.median(calls)) if calls and iterations else None
+
     def cpu_use(self, warmup: int, rank: int = 0) -> float | None:
         """CPU time / wall time of ``rank`` over the measured iterations (1.0 = a full core)."""
         timing = self.timings.get(rank)
@@ -556,11 +567,25 @@ def launch_independent(opts: Options, label: str, copies: int, num_envs: int, it
         return [f.result() for f in futures]
 
 
+def gloo_latency(opts: Options) -> dict[str, Any] | None:
+    """The transport's own cost per collective on this machine: ``scripts/bench_allreduce.py``."""
+    out = Path(opts.work_dir) / "allreduce.json"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(opts.scale_nproc)]
+    command += ["--standalone", str(ROOT / "scripts" / "bench_allreduce.py"), str(out)]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=opts.work_dir)
+    if completed.returncode != 0 or not out.exists():
+        print(f"[bench] all_reduce latency failed:\n{completed.stderr[-2000:]}", file=sys.stderr)
+        return None
+    return json.loads(out.read_text())
+
+
 def run_training_sections(opts: Options) -> dict[str, Any]:
     """Sections 2-4: for each run, for each library, 1 rank, then n ranks, then n independent
     1-rank jobs at once (the machine's ceiling for scaling), interleaved."""
     n = opts.scale_nproc
     out: dict[str, Any] = {"libs": {}, "num_envs": opts.train_envs, "nproc": n}
+    if opts.device == "cpu":
+        out["gloo_latency"] = gloo_latency(opts)
     raw: dict[str, dict[int, list[LaunchResult]]] = {lib: {1: [], n: []} for lib in opts.libs}
     independent: dict[str, list[list[LaunchResult]]] = {lib: [] for lib in opts.libs}
     for run in range(opts.train_runs):
@@ -609,6 +634,10 @@ def run_training_sections(opts: Options) -> dict[str, Any]:
                 "env_share_nrank": median(r.share("env_step", warmup) for r in many),
                 "sync_share": median(_worst_rank_share(r, warmup) for r in many),
                 "sync_floor_share": median(_worst(r.sync_floor(warmup, k) for k in r.timings) for r in many),
+                "collective_calls_per_iteration": median(
+                    c[0] for r in many if (c := r.collective_calls(warmup, 0)) is not None
+                ),
+                "collective_call_s": median(c[1] for r in many if (c := r.collective_calls(warmup, 0)) is not None),
                 "cpu_use_1rank": median(r.cpu_use(warmup, 0) for r in one),
                 "cpu_use_nrank": median(
                     statistics.mean(x)
@@ -842,9 +871,10 @@ def render_markdown(report: dict[str, Any]) -> str:
             f"| library | 1 rank steps/s | env share (goal < {GOALS['env_share']:.0%}) | {n} ranks steps/s | "
             f"scaling efficiency (goal >= {GOALS['scaling']}) | machine ceiling | scaling / ceiling | "
             f"sync share at {n} ranks (goal < {GOALS['sync_share']:.0%}) | of which transfer (floor) | "
+            "collectives per iteration | median collective | "
             f"CPU use per rank, 1 / {n} ranks |"
         )
-        add("|---|---|---|---|---|---|---|---|---|---|")
+        add("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for lib, data in train["libs"].items():
             med = data["median"]
             scaling_goal = "" if lib == "skrl-jax" else f" ({verdict(med['scaling_paired'], GOALS['scaling'], True)})"
@@ -856,6 +886,8 @@ def render_markdown(report: dict[str, Any]) -> str:
                 f"{fmt(med.get('scaling_of_ceiling'), 3)} | {fmt(_pct(med['sync_share']), 1, '%')} "
                 f"({verdict(med['sync_share'], GOALS['sync_share'], False)}) | "
                 f"{fmt(_pct(med.get('sync_floor_share')), 1, '%')} | "
+                f"{fmt(med.get('collective_calls_per_iteration'), 0)} | "
+                f"{fmt(_us(med.get('collective_call_s')), 0, ' µs')} | "
                 f"{fmt(med.get('cpu_use_1rank'))} / {fmt(med.get('cpu_use_nrank'))} |"
             )
         add("")
@@ -876,11 +908,27 @@ def render_markdown(report: dict[str, Any]) -> str:
             "collectives / iteration time, the larger of the two ranks (skrl-JAX: its gradient reduce and parameter "
             "broadcast only); it includes waiting for the slower rank. Transfer floor: per kind of collective, "
             "number of calls x the fastest call, / iteration time: what the collectives would cost if the ranks "
-            "arrived together; the rest of the sync share is waiting. CPU use: CPU time / wall time per rank over "
+            "arrived together; the rest of the sync share is waiting. Collectives per iteration and the median "
+            "time of one (rank 0): on this kind of machine a gloo call costs far more than its bytes "
+            "(see below), so the count a library makes per iteration sets its sync share. "
+            "CPU use: CPU time / wall time per rank over "
             "the measured iterations (1.00 = a whole core; below that the rank waited or was not scheduled). "
             "`ISLAB_THREADS_PER_RANK=1`."
         )
         add("")
+        latency = train.get("gloo_latency")
+        if latency:
+            sizes = ", ".join(
+                f"{int(size):,} float(s): {1e6 * v['median_s']:.0f} µs (fastest {1e6 * v['min_s']:.0f} µs)"
+                for size, v in latency["floats"].items()
+            )
+            add(
+                f"One gloo all_reduce between {latency['world_size']} CPU ranks on this machine, back to back "
+                f"(`scripts/bench_allreduce.py`), median: {sizes}. The size hardly matters: the cost is the "
+                "messages and the wake-ups of the waiting thread, so a library's sync share follows the number "
+                "of collectives it makes per iteration."
+            )
+            add("")
 
     tts = report.get("tts")
     if tts:
@@ -952,6 +1000,10 @@ def _worst(values: Iterable[float | None]) -> float | None:
 
 def _worst_rank_share(result: LaunchResult, warmup: int) -> float | None:
     return _worst(result.share("collective", warmup, rank) for rank in result.timings)
+
+
+def _us(value: float | None) -> float | None:
+    return None if value is None else 1e6 * value
 
 
 def _pct(value: float | None) -> float | None:

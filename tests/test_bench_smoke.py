@@ -31,6 +31,8 @@ def test_quick_benchmark_runs_every_section(tmp_path: Path) -> None:
     assert rsl_rl["returncodes"] == [0, 0, 0, 0]  # 1 rank, 2 ranks, 2 independent 1-rank jobs
     median = rsl_rl["median"]
     assert median["machine_ceiling"] > 0  # both independent jobs measured
+    assert median["collective_calls_per_iteration"] > 0 and median["collective_call_s"] > 0
+    assert report["train"]["gloo_latency"]["floats"]["1"]["median_s"] > 0
     assert median["steps_per_s_1rank"] > 0 and median["steps_per_s_nrank"] > 0
     assert 0 < median["env_share_1rank"] < 1  # the probe in the rank timed env.step
     assert 0 < median["sync_share"] < 1  # ... and the gloo collectives at 2 ranks
