@@ -788,7 +788,7 @@ def build_options(args: argparse.Namespace) -> Options:
             scale_nproc=gpus if cuda else 2,
             iterations=dict(ITERATIONS),
             tts_lib="rsl_rl",
-            tts_envs=args.tts_envs or (4096 if cuda else 1024),
+            tts_envs=args.tts_envs or 4096,
             tts_max_iterations=150,
             tts_timeout_s=180,
             sections=args.sections or (["env", "train", "cli"] if cuda and gpus < 2 else list(SECTIONS)),
@@ -1016,7 +1016,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, help="runs per env and CLI number (default 5; --quick: 1)")
     parser.add_argument("--train-runs", type=int, help="launches per training configuration (default 3)")
     parser.add_argument("--tts-runs", type=int, help="launches per time-to-solve configuration (default 2)")
-    parser.add_argument("--tts-envs", type=int, help="envs per rank for time to solve (default 1024 on CPU)")
+    parser.add_argument("--tts-envs", type=int, help="envs per rank for time to solve (default 4096)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--libs", nargs="+", choices=list(LIBS), help="libraries to train (default: all four)")
     parser.add_argument("--sections", nargs="+", choices=SECTIONS, help="default: all")
