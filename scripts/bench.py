@@ -950,7 +950,8 @@ def render_markdown(report: dict[str, Any]) -> str:
             f"(goal <= {GOALS['strong_tts_ratio']}: {verdict(tts['strong_ratio'], GOALS['strong_tts_ratio'], False)}). "
             "Time is training time (`time_s` in progress.jsonl), process start-up excluded. `--max-iterations` is "
             "per run: every rank does that many updates, so adding ranks (weak scaling) adds samples per update "
-            "and total samples; only strong scaling keeps the sample budget fixed."
+            "and total samples; only strong scaling keeps the sample budget fixed. `--total-env-steps N` keeps "
+            "it fixed for any number of ranks (iterations = ceil(N / (world size x num_envs x rollout length)))."
         )
         add("")
 
