@@ -419,12 +419,19 @@ class LaunchResult:
             return None
         return window[2] / (window[1] - window[0])
 
-    def share(self, bucket: str, warmup: int, rank: int = 0) -> float | None:
-        """Fraction of the post-warm-up iterations spent in ``bucket`` calls, on ``rank``."""
+    def _measured(self, warmup: int, rank: int) -> tuple[dict[str, Any], float, float] | None:
+        """``rank``'s timings and the (start, end) of its iterations after ``warmup``, if any."""
         timing = self.timings.get(rank)
         if not timing or len(timing["iteration_end"]) <= warmup:
             return None
-        start, end = timing["iteration_end"][warmup - 1], timing["iteration_end"][-1]
+        return timing, timing["iteration_end"][warmup - 1], timing["iteration_end"][-1]
+
+    def share(self, bucket: str, warmup: int, rank: int = 0) -> float | None:
+        """Fraction of the post-warm-up iterations spent in ``bucket`` calls, on ``rank``."""
+        measured = self._measured(warmup, rank)
+        if measured is None:
+            return None
+        timing, start, end = measured
         inside = sum(d for s, d, _ in timing[bucket] if start <= s < end)
         return inside / (end - start) if end > start else None
 
@@ -432,10 +439,10 @@ class LaunchResult:
         """Lower bound of the pure transfer cost of the collectives: for each kind of call, count x
         its fastest call (a call that did not wait for the other rank), / iteration time. The
         difference to ``share("collective")`` is time spent waiting for the slower rank."""
-        timing = self.timings.get(rank)
-        if not timing or len(timing["iteration_end"]) <= warmup:
+        measured = self._measured(warmup, rank)
+        if measured is None:
             return None
-        start, end = timing["iteration_end"][warmup - 1], timing["iteration_end"][-1]
+        timing, start, end = measured
         by_name: dict[str, list[float]] = {}
         for s, d, name in timing["collective"]:
             if start <= s < end:
@@ -445,10 +452,10 @@ class LaunchResult:
     def collective_calls(self, warmup: int, rank: int = 0) -> tuple[float, float] | None:
         """(collective calls per iteration, median time of one call in seconds) on ``rank``: with
         a fixed cost per call on the machine, the count is what a library controls."""
-        timing = self.timings.get(rank)
-        if not timing or len(timing["iteration_end"]) <= warmup:
+        measured = self._measured(warmup, rank)
+        if measured is None:
             return None
-        start, end = timing["iteration_end"][warmup - 1], timing["iteration_end"][-1]
+        timing, start, end = measured
         calls = [d for s, d, _ in timing["collective"] if start <= s < end]
         iterations = len(timing["iteration_end"]) - warmup
         return (len(calls) / iterations, statistics.median(calls)) if calls and iterations else None
@@ -609,6 +616,7 @@ def run_training_sections(opts: Options) -> dict[str, Any]:
             for group in independent[lib]
         ]
         ceiling = [a / (n * b) if a and b else None for a, b in zip(sps_independent, sps1, strict=False)]
+        calls = [c for r in many if (c := r.collective_calls(warmup, 0)) is not None]
         out["libs"][lib] = {
             "warmup_iterations": warmup,
             "measured_iterations": measured,
@@ -634,10 +642,8 @@ def run_training_sections(opts: Options) -> dict[str, Any]:
                 "env_share_nrank": median(r.share("env_step", warmup) for r in many),
                 "sync_share": median(_worst_rank_share(r, warmup) for r in many),
                 "sync_floor_share": median(_worst(r.sync_floor(warmup, k) for k in r.timings) for r in many),
-                "collective_calls_per_iteration": median(
-                    c[0] for r in many if (c := r.collective_calls(warmup, 0)) is not None
-                ),
-                "collective_call_s": median(c[1] for r in many if (c := r.collective_calls(warmup, 0)) is not None),
+                "collective_calls_per_iteration": median(c[0] for c in calls),
+                "collective_call_s": median(c[1] for c in calls),
                 "cpu_use_1rank": median(r.cpu_use(warmup, 0) for r in one),
                 "cpu_use_nrank": median(
                     statistics.mean(x)
