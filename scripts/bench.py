@@ -187,7 +187,7 @@ def naive_cartpole_class() -> type:
 
     import torch
 
-    from islab.envs.cartpole import CartpoleEnv
+    from islab.tasks.cartpole.cartpole_env import CartpoleEnv
 
     class NaiveCartpole(CartpoleEnv):
         def step(self, action: torch.Tensor) -> Any:
@@ -279,7 +279,7 @@ def env_child(config: dict[str, Any]) -> dict[str, Any]:
     except ImportError:
         blas = [{"note": "threadpoolctl not installed; BLAS kernel not recorded"}]
 
-    from islab.envs.cartpole import CartpoleEnv, CartpoleEnvCfg
+    from islab.tasks.cartpole.cartpole_env import CartpoleEnv, CartpoleEnvCfg
 
     device, sizes, variants = config["device"], config["sizes"], config["variants"]
     runs, target = config["runs"], config["target_env_steps"]

@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from islab.launcher.probes import find_free_port
 
 from islab.checkpoint import (
     FORMAT,
@@ -28,7 +29,6 @@ from islab.checkpoint import (
     restore_rng,
     to_bytes,
 )
-from islab.supervise import find_free_port
 from islab.worker.context import RankContext
 
 TASK = "Islab-Cartpole-v0"

@@ -6,9 +6,9 @@ import math
 
 import pytest
 import torch
+from islab.tasks.cartpole.cartpole_env import CartpoleEnv, CartpoleEnvCfg
 
 from islab.envs import make_env
-from islab.envs.cartpole import CartpoleEnv, CartpoleEnvCfg
 
 TASK = "Islab-Cartpole-v0"
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -128,7 +128,7 @@ def test_registered_with_gymnasium() -> None:
     import gymnasium
 
     spec = gymnasium.spec(TASK)
-    assert spec.kwargs["env_cfg_entry_point"] == "islab.envs.cartpole:CartpoleEnvCfg"
+    assert spec.kwargs["env_cfg_entry_point"] == "islab.tasks.cartpole.cartpole_env:CartpoleEnvCfg"
 
 
 def test_skrl_isaaclab_wrapper_accepts_the_env() -> None:

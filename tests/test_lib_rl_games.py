@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from adapters import TASK, build_adapter
+from islab.launcher.probes import find_free_port
 from rl_games.algos_torch.running_mean_std import RunningMeanStd
 
 from islab.envs import make_env
@@ -21,7 +22,6 @@ from islab.libs.rl_games import (
     fit_minibatch_size,
     use_global_normalizers,
 )
-from islab.supervise import find_free_port
 
 
 def build(run_dir: Path, num_envs: int = 16, seed: int = 0, overrides: tuple[str, ...] = ()) -> RlGamesAdapter:

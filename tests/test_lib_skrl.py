@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 import torch
 from adapters import TASK, build_adapter
+from islab.launcher.probes import find_free_port
 
 from islab.agent_config import load_agent_config
 from islab.libs._skrl_common import pooled_moments, runner_config
 from islab.libs.base import state_digest
-from islab.supervise import find_free_port
 
 pytestmark = pytest.mark.skipif(
     int(os.environ.get("WORLD_SIZE", "1")) > 1 or int(os.environ.get("JAX_WORLD_SIZE", "1")) > 1,

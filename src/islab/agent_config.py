@@ -1,7 +1,8 @@
 """Agent hyper-parameters: one YAML per library and task, in that library's own format.
 
-``configs/agents/<lib>/<task>.yaml`` is what Isaac Lab ships for each library, so a user can
-carry their tuned file over unchanged. Command-line overrides are ``key=value`` with dotted keys
+A task's ``agents/<lib>_ppo_cfg.yaml`` (named by its ``<lib>_cfg_entry_point``, see
+``islab.tasks``) is what Isaac Lab ships for each library, so a user can carry their tuned file
+over unchanged. Command-line overrides are ``key=value`` with dotted keys
 into that YAML (``algorithm.learning_rate=3e-4``); values are parsed with ``yaml.safe_load`` so
 numbers, booleans and lists keep their types. A key that does not exist is an error with the
 closest match (a typo must not be silently ignored); ``+key=value`` adds a new key on purpose.

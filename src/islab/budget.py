@@ -11,8 +11,8 @@ the user's ``key=value`` overrides). A job of ``world_size`` ranks therefore col
   it actually got (an elastic ``--nnodes MIN:MAX`` job only knows it at run time), so the env steps
   summed over all ranks reach at least N whatever the number of ranks.
 
-The rollout length's key is looked up here only; the adapters read it through
-:func:`rollout_length` too. Torch-free: the launcher's dry run shows the budget.
+The rollout length's key is each library's registry row (``islab.libs.registry``); the adapters
+read it through :func:`rollout_length` too. Torch-free: the launcher's dry run shows the budget.
 """
 
 from __future__ import annotations
@@ -22,19 +22,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from islab.agent_config import AgentConfigError
-
-# Where each library's agent config keeps the env steps one env collects per iteration.
-ROLLOUT_KEYS: dict[str, tuple[str, ...]] = {
-    "rsl_rl": ("num_steps_per_env",),
-    "rl_games": ("params", "config", "horizon_length"),
-    "skrl": ("agent", "rollouts"),  # torch and JAX share the file
-}
+from islab.libs.registry import LIBRARIES
 
 
 def rollout_length(lib: str, agent_cfg: Mapping[str, Any]) -> int:
     """Env steps per env per iteration in ``lib``'s agent config; AgentConfigError if unusable."""
     try:
-        path = ROLLOUT_KEYS[lib]
+        path = LIBRARIES[lib].rollout_key
     except KeyError:
         raise ValueError(f"unknown library {lib!r}") from None
     node: Any = agent_cfg

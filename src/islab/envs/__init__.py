@@ -1,6 +1,8 @@
-"""Isaac-style vectorized tasks, registered with gymnasium as Isaac Lab registers its own.
+"""Isaac-style vectorized environments: the ``DirectRLEnv`` base every task builds on.
 
-``make_env(task_id, num_envs, device, seed)`` builds one batched environment for a rank.
+``make_env(task_id, num_envs, device, seed)`` builds one batched environment for a rank: it
+imports the task's package (which runs its ``gym.register``, as Isaac Lab's task packages do)
+and builds the env from the gymnasium spec's ``entry_point`` and ``env_cfg_entry_point``.
 """
 
 from __future__ import annotations
@@ -10,18 +12,9 @@ import importlib
 import gymnasium
 
 from islab.envs.base import DirectRLEnv, DirectRLEnvCfg
-from islab.tasks import TASKS
+from islab.tasks import import_task
 
 __all__ = ["DirectRLEnv", "DirectRLEnvCfg", "load_entry_point", "make_env"]
-
-for _info in TASKS.values():
-    if _info.task_id not in gymnasium.registry:
-        gymnasium.register(
-            id=_info.task_id,
-            entry_point=_info.env_entry_point,
-            disable_env_checker=True,
-            kwargs={"env_cfg_entry_point": _info.cfg_entry_point},
-        )
 
 
 def load_entry_point(entry_point: str) -> type:
@@ -30,6 +23,7 @@ def load_entry_point(entry_point: str) -> type:
 
 
 def make_env(task_id: str, num_envs: int, device: str = "cpu", seed: int | None = None) -> DirectRLEnv:
-    info = TASKS[task_id]
-    cfg = load_entry_point(info.cfg_entry_point)(num_envs=num_envs, seed=seed)
-    return load_entry_point(info.env_entry_point)(cfg, device=device)
+    import_task(task_id)
+    spec = gymnasium.spec(task_id)
+    cfg = load_entry_point(spec.kwargs["env_cfg_entry_point"])(num_envs=num_envs, seed=seed)
+    return load_entry_point(str(spec.entry_point))(cfg, device=device)

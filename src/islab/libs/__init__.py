@@ -1,23 +1,21 @@
 """One adapter per RL library, imported lazily: importing a library has side effects (skrl joins
-a process group at import time) and costs seconds, so only the chosen one is ever imported."""
+a process group at import time) and costs seconds, so only the chosen one is ever imported.
+
+Which class serves a (library, ml framework) pair is the registry's row (:mod:`islab.libs.registry`);
+this package's import is torch-free so the launcher can read the registry.
+"""
 
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
-from islab.libs.base import LibraryAdapter
+from islab.libs.registry import adapter_path
 
-_ADAPTERS: dict[tuple[str, str], str] = {
-    ("rsl_rl", "torch"): "islab.libs.rsl_rl:RslRlAdapter",
-    ("rl_games", "torch"): "islab.libs.rl_games:RlGamesAdapter",
-    ("skrl", "torch"): "islab.libs.skrl_torch:SkrlTorchAdapter",
-    ("skrl", "jax"): "islab.libs.skrl_jax:SkrlJaxAdapter",
-}
+if TYPE_CHECKING:
+    from islab.libs.base import LibraryAdapter
 
 
 def load_adapter(lib: str, ml_framework: str = "torch") -> type[LibraryAdapter]:
-    try:
-        module_name, _, class_name = _ADAPTERS[(lib, ml_framework)].partition(":")
-    except KeyError:
-        raise ValueError(f"no adapter for library {lib!r} with ml_framework {ml_framework!r}") from None
+    module_name, _, class_name = adapter_path(lib, ml_framework).partition(":")
     return getattr(importlib.import_module(module_name), class_name)

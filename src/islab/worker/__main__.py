@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
-import json
 import os
 import sys
 import time
@@ -39,11 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-import yaml
-
+from islab import rundir
 from islab.agent_config import AgentConfigError, load_agent_config
 from islab.budget import Budget
-from islab.tasks import LIBRARIES, TASKS
+from islab.libs.registry import LIBRARIES, ML_FRAMEWORKS, env_fixes, launcher_of
+from islab.tasks import TASKS
 from islab.worker.faults import maybe_inject_fault
 
 DEFAULT_PEER_TIMEOUT_S = 600.0
@@ -51,8 +50,8 @@ DEFAULT_PEER_TIMEOUT_S = 600.0
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m islab.worker", description=__doc__.splitlines()[0])
-    parser.add_argument("--lib", choices=LIBRARIES, required=True)
-    parser.add_argument("--ml-framework", choices=("torch", "jax"), default="torch")
+    parser.add_argument("--lib", choices=tuple(LIBRARIES), required=True)
+    parser.add_argument("--ml-framework", choices=ML_FRAMEWORKS, default="torch")
     parser.add_argument("--task", choices=sorted(TASKS), required=True)
     parser.add_argument("--num-envs", type=int, required=True, help="environments on this rank")
     parser.add_argument("--seed", type=int, default=42, help="base seed; each rank adds its global rank")
@@ -92,8 +91,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="agent-config overrides")
     args = parser.parse_args(argv)
-    if args.ml_framework == "jax" and args.lib != "skrl":
-        parser.error("--ml-framework jax is only available with --lib skrl")
+    if launcher_of(args.lib, args.ml_framework) is None:
+        parser.error(f"--ml-framework {args.ml_framework} is not available with --lib {args.lib}")
     for option, value in (("--max-iterations", args.max_iterations), ("--total-env-steps", args.total_env_steps)):
         if value is not None and value < 1:
             parser.error(f"{option} must be >= 1")
@@ -132,19 +131,6 @@ def tee_output(log_path: Path) -> None:
     # A fatal signal (SIGABRT from a C++ library, SIGSEGV) bypasses sys.stderr; without this the
     # rank's log would end mid-story and the failure message would have no traceback to point at.
     faulthandler.enable(file=log, all_threads=True)
-
-
-def write_yaml(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
 
 
 @dataclass
@@ -194,20 +180,10 @@ def budget_for(args: argparse.Namespace, agent_cfg: dict[str, Any], world_size: 
     )
 
 
-def last_reported_iteration(progress: Path) -> int | None:
-    """The highest iteration in ``progress.jsonl`` (rank 0's run directory), to count lost work."""
-    from islab.display import read_progress  # skips a torn last line from a killed rank
-
-    return max((record["iteration"] for record in read_progress(progress)), default=None)
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    if args.ml_framework == "jax":
-        # JAX would otherwise pre-allocate ~75% of GPU memory and starve the torch env beside it.
-        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-        if args.device == "cpu":
-            os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")  # rsl_rl imports GitPython; no git binary is fine
+    # The launcher already set them; a rank started by hand gets them here (the user's value wins).
+    for name, value in env_fixes(args.lib, args.ml_framework, args.device).items():
+        os.environ.setdefault(name, value)
 
     # torch is imported only now: argument errors above stay instant.
     from islab.checkpoint import DEFAULT_INTERVAL, Checkpointer, collective_for, identity, restore
@@ -218,7 +194,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     ctx = RankContext.from_environ(args.device, args.seed)
     run_dir: Path = args.run_dir
-    tee_output(run_dir / "logs" / f"rank_{ctx.rank}.log")
+    tee_output(rundir.rank_log(run_dir, ctx.rank))
     print(
         f"[islab] rank {ctx.rank}/{ctx.world_size} (local {ctx.local_rank}) on {ctx.device} "
         f"backend={ctx.backend} seed={ctx.seed} launcher={ctx.launcher} pid={os.getpid()}",
@@ -257,8 +233,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     resumed: dict[str, Any] | None = None
     if ctx.is_main:
-        write_yaml(run_dir / "spec.yaml", spec)
-        write_yaml(run_dir / "agent.yaml", agent_cfg)
+        rundir.write_run_spec(run_dir, spec, agent_cfg)
 
     adapter = adapter_class(ctx, env, agent_cfg, run_dir)
     if point.checkpoint is not None:
@@ -271,7 +246,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "policy_sha256_loaded": digest,
         }
         if ctx.is_main and point.reason.startswith("elastic"):
-            reported = last_reported_iteration(run_dir / "progress.jsonl")
+            reported = rundir.last_iteration(run_dir)
             resumed["lost_iterations"] = None if reported is None else max(0, reported - start_iteration)
         lost = resumed.get("lost_iterations")
         print(
@@ -296,7 +271,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
 
     digest = state_digest(adapter.policy_state())
-    write_json(run_dir / "digests" / f"rank_{ctx.rank}.json", {"rank": ctx.rank, "policy_sha256": digest})
+    rundir.write_digest(run_dir, ctx.rank, digest)
     summary = {
         **result.to_dict(),
         "iteration": adapter.iteration,
@@ -311,7 +286,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         written = adapter.checkpointer.last_written
         summary["islab_checkpoint"] = str(written) if written else None
         summary["env_steps_per_s"] = result.env_steps / result.wall_s if result.wall_s > 0 else None
-        write_json(run_dir / "summary.json", summary)
+        rundir.write_summary(run_dir, summary)
     env.close()
     return summary
 
