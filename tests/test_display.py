@@ -12,8 +12,10 @@ from types import MappingProxyType
 
 import pytest
 
-from islab import display, supervise
-from islab.plan import LaunchPlan, NodePlan
+from islab import rundir
+from islab.launcher import console as display
+from islab.launcher import supervise
+from islab.launcher.plan import LaunchPlan, NodePlan
 
 PY = sys.executable
 
@@ -31,7 +33,7 @@ def record(iteration: int, total: int = 20, **extra) -> dict:
 
 def test_progress_reader_waits_for_whole_lines(tmp_path):
     path = tmp_path / "progress.jsonl"
-    reader = display.ProgressReader(path)
+    reader = rundir.ProgressReader(path)
     assert reader.poll() == []  # no file yet
     line = json.dumps(record(1))
     path.write_text(line[:10])
@@ -39,7 +41,7 @@ def test_progress_reader_waits_for_whole_lines(tmp_path):
     with path.open("a") as handle:
         handle.write(line[10:] + "\nnot json\n" + json.dumps(record(2)) + "\n" + json.dumps(record(3))[:5])
     assert [item["iteration"] for item in reader.poll()] == [1, 2]
-    assert display.read_progress(path)[-1]["iteration"] == 2
+    assert rundir.read_progress(path)[-1]["iteration"] == 2
 
 
 def test_plain_line_and_eta():
@@ -203,14 +205,14 @@ def test_curves_keep_the_last_record_of_a_redone_iteration(tmp_path, monkeypatch
     records = [{"iteration": i, "mean_return": float(i), "steps_per_s": 1.0} for i in (1, 2, 3)] + [
         {"iteration": i, "mean_return": 10.0 * i, "steps_per_s": 2.0} for i in (3, 4)
     ]  # restart after 2
-    from islab.display import write_curves
+    from islab.launcher.console import write_curves
 
     assert write_curves(records, tmp_path / "curves.png").is_file()
     assert plotted[0] == ([1, 2, 3, 4], [1.0, 2.0, 30.0, 40.0])
 
 
 def test_summary_shows_the_checkpoint_resume_uses():
-    from islab.display import summary_rows
+    from islab.launcher.console import summary_rows
 
     summary = {"checkpoint": "/r/model_11.pt", "islab_checkpoint": "/r/checkpoints/latest.pt"}
     rows = dict(summary_rows(summary, "/r", "islab-train --resume /r"))

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from islab import doctor
-from islab.spec import RunSpec
+from islab.launcher import doctor, probes
+from islab.launcher.spec import RunSpec
 
 NVIDIA_SMI = """\
 +-----------------------------------------------------------------------------------------+
@@ -27,10 +27,10 @@ def spec(**fields) -> RunSpec:
     return RunSpec(**fields)
 
 
-def runtime(**fields) -> doctor.Runtime:
+def runtime(**fields) -> probes.Runtime:
     base = {"python": "3.11.7", "versions": {"islab-train": "0.1.0", "torch": "2.13.0", "rsl-rl-lib": "5.5.1"},
             "torch_cuda": "12.4", "nccl": "2.21.5", "gloo": True}  # fmt: skip
-    return doctor.Runtime(**{**base, **fields})
+    return probes.Runtime(**{**base, **fields})
 
 
 def rdzv(**fields) -> doctor.Rendezvous:
@@ -141,12 +141,12 @@ def test_cheap_subset_and_launch_messages():
 
 
 def test_probe_runtime_reads_the_ranks_interpreter():
-    real = doctor.probe_runtime(sys.executable)
+    real = probes.probe_runtime(sys.executable)
     assert real.python == sys.version.split()[0]
     assert real.versions["islab-train"] and real.gloo is True
-    missing = doctor.probe_runtime("/nonexistent/python")
+    missing = probes.probe_runtime("/nonexistent/python")
     assert missing.python is None and "cannot run" in (missing.error or "")
-    crashed = doctor.probe_runtime(
+    crashed = probes.probe_runtime(
         "x", run=lambda *a, **k: SimpleNamespace(returncode=1, stdout="", stderr="ImportError: boom")
     )
     assert "ImportError: boom" in (crashed.error or "")
@@ -157,11 +157,11 @@ def test_bind_and_connect_probes():
         server.bind(("127.0.0.1", 0))
         server.listen()
         port = server.getsockname()[1]
-        assert doctor.bind_state("127.0.0.1", port) == "busy"
-        assert doctor.connect_state("127.0.0.1", port) == "open"
-    assert doctor.connect_state("127.0.0.1", port) != "open"
-    assert doctor.bind_state("127.0.0.1", port) == "free"
-    assert doctor.bind_state("192.0.2.1", 0) == "not-local"  # TEST-NET-1: not this machine's
+        assert probes.bind_state("127.0.0.1", port) == "busy"
+        assert probes.connect_state("127.0.0.1", port) == "open"
+    assert probes.connect_state("127.0.0.1", port) != "open"
+    assert probes.bind_state("127.0.0.1", port) == "free"
+    assert probes.bind_state("192.0.2.1", 0) == "not-local"  # TEST-NET-1: not this machine's
 
 
 # ----------------------------------------------------------------------------------------------

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from islab.plan import build_plan, format_json, format_text, launch_issues, plan_env, shell_line
-from islab.spec import Provided, ResolvedSpec, resolve_spec
+from islab.launcher.plan import build_plan, format_json, format_text, launch_issues, plan_env, shell_line
+from islab.launcher.resolve import Provided, ResolvedSpec, resolve_spec
 from islab.worker import ENTRY_SCRIPT
 
 NOW = datetime(2026, 3, 4, 5, 6, 7)
@@ -281,7 +281,9 @@ def test_multinode_launch_needs_node_rank_except_c10d():
     assert launch_issues(c10d, platform="linux", visible_gpus=0) == []
 
 
-@pytest.mark.parametrize("module", ["islab.plan", "islab.spec", "islab.supervise", "islab.cli"])
+@pytest.mark.parametrize(
+    "module", ["islab.launcher.plan", "islab.launcher.spec", "islab.launcher.supervise", "islab.cli"]
+)
 def test_launcher_modules_do_not_import_torch(module):
     import subprocess
 
@@ -337,7 +339,7 @@ def test_jax_plan_carries_the_rendezvous_timeout_for_the_supervisor():
 
 
 def test_c10d_node_facts_host_the_store_and_advertise_the_nodes_address():
-    from islab.plan import with_c10d_node_facts
+    from islab.launcher.torchrun import with_c10d_node_facts
 
     plan = plan_for(device="cpu", nnodes=2, rendezvous__backend="c10d", rendezvous__endpoint="10.0.0.1:29400")
     hosting = with_c10d_node_facts(plan, 0, hosts_store=True, local_addr="10.0.0.1")

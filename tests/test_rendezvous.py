@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 from netns import run_dir_of
 
-from islab import cli, supervise
-from islab.plan import LaunchPlan
+from islab import cli
+from islab.launcher import failures, probes, skrl_jax, torchrun
+from islab.launcher.plan import LaunchPlan
 
 TIMEOUT_S = 5
 SLACK_S = 10.0  # start-up of torchrun / the JAX ranks and shutdown, on a busy 2-core machine
@@ -61,17 +62,17 @@ def test_rendezvous_timeout_is_recognised_only_in_torchruns_own_lines():
     static = ["torch.distributed.DistStoreError: Timed out after 6 seconds waiting for clients. 1/2 clients joined."]
     c10d = ["torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError"]
     node1 = ["torch.distributed.DistNetworkError: The client socket has timed out after 5000ms while trying to connect"]
-    assert supervise.rendezvous_timed_out(static)
-    assert supervise.rendezvous_timed_out(c10d)
-    assert supervise.rendezvous_timed_out(node1)
+    assert torchrun.rendezvous_timed_out(static)
+    assert torchrun.rendezvous_timed_out(c10d)
+    assert torchrun.rendezvous_timed_out(node1)
     # the same words from a rank (a training failure, prefixed by torchrun --tee) do not count
-    assert not supervise.rendezvous_timed_out([f"[default1]:{static[0]}"])
-    assert not supervise.rendezvous_timed_out(["RuntimeError: boom"])
+    assert not torchrun.rendezvous_timed_out([f"[default1]:{static[0]}"])
+    assert not torchrun.rendezvous_timed_out(["RuntimeError: boom"])
 
 
 def test_rendezvous_message_names_timeout_and_address():
     plan = LaunchPlan("torchrun", "run", (), rendezvous_address="10.77.0.1:29500", rendezvous_timeout_s=7)
-    assert supervise.rendezvous_message(plan) == (
+    assert failures.rendezvous_message(plan) == (
         "error: rendezvous: node(s) did not join within 7 s at 10.77.0.1:29500; check that every node runs "
         "islab-train with the same spec and can reach 10.77.0.1:29500 (islab-train doctor)"
     )
@@ -79,7 +80,7 @@ def test_rendezvous_message_names_timeout_and_address():
 
 def test_jax_watch_times_out_only_ranks_that_wait_and_never_join():
     now = [100.0]
-    watch = supervise.JaxRendezvousWatch(clock=lambda: now[0])
+    watch = skrl_jax.JaxRendezvousWatch(clock=lambda: now[0])
     watch.observe(0, "\x1b[38;20m[skrl:INFO] Distributed (rank: 0, local rank: 0, world size: 4)\x1b[0m\n")
     watch.observe(1, "[skrl:INFO] Distributed (rank: 1, local rank: 1, world size: 4)\n")
     now[0] = 103.0
@@ -142,7 +143,7 @@ def test_busy_port_on_node0_of_a_two_node_job_is_refused_before_launch(islab, tm
 
 @pytest.mark.slow
 def test_static_rendezvous_missing_node_fails_after_the_timeout(tmp_path):
-    port = supervise.find_free_port("127.0.0.1")
+    port = probes.find_free_port("127.0.0.1")
     code, err, took = run_node0(tmp_path, "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port", str(port))
     print(f"static: exit {code} after {took:.1f} s (timeout {TIMEOUT_S} s)")
     assert code != 0
@@ -152,7 +153,7 @@ def test_static_rendezvous_missing_node_fails_after_the_timeout(tmp_path):
 
 @pytest.mark.slow
 def test_c10d_rendezvous_missing_node_fails_after_the_timeout(tmp_path):
-    port = supervise.find_free_port("127.0.0.1")
+    port = probes.find_free_port("127.0.0.1")
     endpoint = f"127.0.0.1:{port}"
     code, err, took = run_node0(tmp_path, "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "t")
     print(f"c10d: exit {code} after {took:.1f} s (timeout {TIMEOUT_S} s)")
@@ -165,7 +166,7 @@ def test_c10d_rendezvous_missing_node_fails_after_the_timeout(tmp_path):
 def test_jax_missing_node_fails_after_the_timeout(tmp_path):
     """skrl calls jax.distributed.initialize at import without a timeout argument (JAX waits
     300 s); the supervisor counts from the rank's "Distributed (rank: ..." line."""
-    port = supervise.find_free_port("127.0.0.1")
+    port = probes.find_free_port("127.0.0.1")
     address = f"127.0.0.1:{port}"
     argv = [
         sys.executable, "-m", "islab.cli", "--lib", "skrl", "--ml-framework", "jax", "--device", "cpu",

@@ -27,7 +27,7 @@ import psutil
 import pytest
 from netns import alive, collect_tree, kill_all, run_dir_of, training_under_way, wait_until
 
-from islab import supervise
+from islab.launcher import failures, processes, torchrun
 
 FAIL_FAST_S = 15.0  # a failed rank -> islab-train has exited
 STOP_S = 10.0  # SIGINT/SIGTERM -> no process of the job is left
@@ -153,29 +153,29 @@ def test_last_exception_line_of_plain_chained_and_prefixed_tracebacks():
         "    boom()",
         "ValueError: no",
     ]
-    assert supervise.last_exception_line(plain) == "ValueError: no"
+    assert failures.last_exception_line(plain) == "ValueError: no"
     chained = [
         *plain, "", "During handling of the above exception, another exception occurred:", "",
         "Traceback (most recent call last):", '  File "b.py", line 2', "RuntimeError: yes", "  detail",
     ]  # fmt: skip
-    assert supervise.last_exception_line(chained) == "RuntimeError: yes"
+    assert failures.last_exception_line(chained) == "RuntimeError: yes"
     teed = ["[default1]:Traceback (most recent call last):", "[default1]:  File x", "[default1]:KeyError: 3"]
-    assert supervise.last_exception_line(teed) == "KeyError: 3"
+    assert failures.last_exception_line(teed) == "KeyError: 3"
     collective = ["[rank1]: Traceback (most recent call last):", "[rank1]:   File y", "[rank1]: RuntimeError: closed"]
-    assert supervise.last_exception_line(collective) == "RuntimeError: closed"
-    assert supervise.last_exception_line(["no traceback here"]) is None
+    assert failures.last_exception_line(collective) == "RuntimeError: closed"
+    assert failures.last_exception_line(["no traceback here"]) is None
 
 
 def test_failure_message_names_rank_node_log_and_how_it_ended():
     summary = ["Root Cause (first observed failure):", "[0]:", "  rank      : 1 (local_rank: 1)", "  exitcode  : -9"]
-    failures = supervise.torchrun_failures(summary)
+    failures = torchrun.torchrun_failures(summary)
     assert failures == [(1, -9)]
-    killed = supervise._torchrun_failure_message(1, failures, "run", 0, None)
+    killed = torchrun.failure_message(1, failures, "run", 0, None)
     assert killed.startswith(
         "error: training failed on node 0 (torchrun exit code 1): rank 1 failed, killed by SIGKILL"
     )
     assert "run/logs/rank_1.log" in killed
-    raised = supervise._torchrun_failure_message(1, [(1, 1)], "run", 0, "RuntimeError: boom")
+    raised = torchrun.failure_message(1, [(1, 1)], "run", 0, "RuntimeError: boom")
     assert "rank 1 failed with RuntimeError: boom; see run/logs/rank_1.log" in raised
 
 
@@ -190,7 +190,7 @@ def test_process_tree_finds_descendants_in_other_sessions(tmp_path):
     try:
         wait_until(lambda: pid_file.exists() and pid_file.read_text(), 20, "the grandchild")
         grandchild = int(pid_file.read_text())
-        tree = supervise.process_tree([child.pid])
+        tree = processes.process_tree([child.pid])
         assert grandchild in tree and child.pid not in tree
         assert tree[grandchild] == proc_start_ticks(grandchild)
     finally:
@@ -208,8 +208,8 @@ def proc_start_ticks(pid: int) -> int:
 DRIVER = """
 import sys
 from types import MappingProxyType
-from islab import supervise
-from islab.plan import LaunchPlan, NodePlan
+from islab.launcher import supervise
+from islab.launcher.plan import LaunchPlan, NodePlan
 plan = LaunchPlan("torchrun", "run", (NodePlan(0, (sys.executable, "-c", sys.argv[1]), MappingProxyType({})),))
 sys.exit(supervise.run_plan(plan, 0))
 """

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from islab import slurm
-from islab.spec import Source, SpecError, resolve_spec
-from islab.supervise import find_free_port
+from islab.launcher import slurm
+from islab.launcher.issues import SpecError
+from islab.launcher.probes import find_free_port
+from islab.launcher.resolve import Source, resolve_spec
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -125,7 +126,7 @@ def test_allocation_layer_follows_the_launcher():
 
 
 def test_precedence_cli_over_slurm_over_env_and_file(tmp_path):
-    from islab.spec import Provided
+    from islab.launcher.resolve import Provided
 
     cluster = tmp_path / "c.yaml"
     cluster.write_text("nnodes: 8\ndevice: cpu\nrendezvous: {master_addr: 10.0.0.1, master_port: 5555}\n")

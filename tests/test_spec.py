@@ -8,16 +8,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from islab.spec import (
-    Provided,
-    RunSpec,
-    Source,
-    SpecError,
-    is_valid_host,
-    mask_env,
-    resolve_spec,
-    split_host_port,
-)
+from islab.launcher.addresses import is_valid_host, split_host_port
+from islab.launcher.issues import SpecError, mask_env
+from islab.launcher.resolve import Provided, Source, resolve_spec
+from islab.launcher.spec import RunSpec
 
 
 def cli(**values: object) -> dict[str, Provided]:

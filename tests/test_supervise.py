@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -15,8 +17,9 @@ from types import MappingProxyType
 
 import pytest
 
-from islab import supervise
-from islab.plan import LaunchPlan, NodePlan, RankLaunch
+from islab import rundir
+from islab.launcher import failures, probes, supervise, torchrun
+from islab.launcher.plan import LaunchPlan, NodePlan, RankLaunch
 
 PY = sys.executable
 
@@ -107,7 +110,7 @@ def test_failed_ranks_from_logs_finds_tracebacks(tmp_path):
     logs.mkdir()
     (logs / "rank_0.log").write_text("training...\n")
     (logs / "rank_1.log").write_text("Traceback (most recent call last):\n  boom\nRuntimeError: x\n")
-    assert supervise.failed_ranks_from_logs(str(tmp_path)) == [1]
+    assert failures.failed_ranks_from_logs(str(tmp_path)) == [1]
 
 
 TORCHRUN_SUMMARY = """\
@@ -133,10 +136,10 @@ Root Cause (first observed failure):
 
 
 def test_torchrun_summary_root_cause_first_and_collateral_ranks_left_out():
-    assert supervise.failed_ranks_from_output(TORCHRUN_SUMMARY.splitlines()) == [1, 3]
+    assert torchrun.failed_ranks_from_output(TORCHRUN_SUMMARY.splitlines()) == [1, 3]
     only_stopped = TORCHRUN_SUMMARY.split("[2]:")[0].splitlines()
-    assert supervise.failed_ranks_from_output(only_stopped) == [0]
-    assert supervise.failed_ranks_from_output(["no summary here"]) == []
+    assert torchrun.failed_ranks_from_output(only_stopped) == [0]
+    assert torchrun.failed_ranks_from_output(["no summary here"]) == []
 
 
 # ----------------------------------------------------------------------------------------------
@@ -189,9 +192,10 @@ def test_rank_killed_by_signal_fails_the_run(tmp_path):
 
 DRIVER = """
 import sys
+import tempfile
 from types import MappingProxyType
-from islab import supervise
-from islab.plan import LaunchPlan, NodePlan
+from islab.launcher import supervise
+from islab.launcher.plan import LaunchPlan, NodePlan
 child = sys.argv[1]
 plan = LaunchPlan("torchrun", "run", (NodePlan(0, (sys.executable, "-c", child), MappingProxyType({{}})),))
 sys.exit(supervise.run_plan(plan, 0, grace_s={grace}))
@@ -259,28 +263,98 @@ class FakeRun:
 def test_visible_gpu_count_honours_cuda_visible_devices(visible, expected):
     never = FakeRun("GPU 0: X\nGPU 1: Y\nGPU 2: Z\nGPU 3: W\n")
     assert (
-        supervise.visible_gpu_count({"CUDA_VISIBLE_DEVICES": visible}, lambda _: "/bin/nvidia-smi", never) == expected
+        probes.visible_gpu_count({"CUDA_VISIBLE_DEVICES": visible}, lambda _: "/bin/nvidia-smi", never) == expected
     )
 
 
 def test_visible_gpu_count_from_nvidia_smi_or_zero():
     listing = FakeRun("GPU 0: NVIDIA H100 (UUID: GPU-1)\nGPU 1: NVIDIA H100 (UUID: GPU-2)\n")
-    assert supervise.visible_gpu_count({}, lambda _: "/usr/bin/nvidia-smi", listing) == 2
-    assert supervise.visible_gpu_count({}, lambda _: None, listing) == 0
-    assert supervise.visible_gpu_count({}, lambda _: "/usr/bin/nvidia-smi", FakeRun("", 9)) == 0
+    assert probes.visible_gpu_count({}, lambda _: "/usr/bin/nvidia-smi", listing) == 2
+    assert probes.visible_gpu_count({}, lambda _: None, listing) == 0
+    assert probes.visible_gpu_count({}, lambda _: "/usr/bin/nvidia-smi", FakeRun("", 9)) == 0
 
 
 def test_free_port_probe_and_port_in_use():
-    port = supervise.find_free_port()
+    port = probes.find_free_port()
     assert 1 <= port <= 65535
-    assert supervise.port_is_free(port)
+    assert probes.port_is_free(port)
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
-        assert not supervise.port_is_free(busy.getsockname()[1])
+        assert not probes.port_is_free(busy.getsockname()[1])
 
 
 def test_write_launch_record_creates_run_dir(tmp_path):
-    target = supervise.write_launch_record(str(tmp_path / "a" / "b"), {"spec": {"lib": "rsl_rl"}})
+    target = rundir.write_launch_record(str(tmp_path / "a" / "b"), {"spec": {"lib": "rsl_rl"}})
     assert target == tmp_path / "a" / "b" / "launch.yaml"
     assert "lib: rsl_rl" in target.read_text()
+
+
+# ----------------------------------------------------------------------------------------------
+# Failed ranks from torch's error files (TORCHELASTIC_ERROR_FILE, written by @record)
+# ----------------------------------------------------------------------------------------------
+
+
+def write_error_file(root: Path, attempt: int, local_rank: int, message: str, timestamp: int) -> None:
+    folder = root / "run_abc123" / f"attempt_{attempt}" / str(local_rank)
+    folder.mkdir(parents=True)
+    data = {"message": {"message": message, "extraInfo": {"py_callstack": "Traceback ...", "timestamp": timestamp}}}
+    (folder / "error.json").write_text(json.dumps(data))
+
+
+def test_error_files_of_the_latest_attempt_earliest_first(tmp_path):
+    write_error_file(tmp_path, 0, 0, "RuntimeError: first attempt", 100)
+    write_error_file(tmp_path, 1, 1, "ValueError: later\nsecond line", 300)
+    write_error_file(tmp_path, 1, 0, "RuntimeError: earlier", 200)
+    assert torchrun.error_file_failures(tmp_path) == [(0, "RuntimeError: earlier"), (1, "ValueError: later")]
+    assert torchrun.error_file_failures(tmp_path / "missing") == []
+
+
+def test_a_signal_death_named_by_the_summary_comes_before_the_ranks_it_took_down(tmp_path):
+    write_error_file(tmp_path, 0, 0, "RuntimeError: Connection closed by peer", 100)
+    summary = ["Root Cause (first observed failure):", "[0]:", "  rank      : 3 (local_rank: 1)", "  exitcode  : -9"]
+    # node 1 of a 2 x 2 job: the summary maps local ranks to global ones
+    assert torchrun.find_failures(str(tmp_path), summary, str(tmp_path), 0) == [
+        (3, -9, None), (2, None, "RuntimeError: Connection closed by peer")
+    ]  # fmt: skip
+    assert torchrun.find_failures(str(tmp_path), [], str(tmp_path), 2) == [
+        (2, None, "RuntimeError: Connection closed by peer")
+    ]
+
+
+RECORDED_RANK = """
+import os, sys
+from torch.distributed.elastic.multiprocessing.errors import record
+
+@record
+def main():
+    if os.environ["LOCAL_RANK"] == "1":
+        sys.stderr = open(os.devnull, "w")  # no traceback on the console: only the error file tells
+        raise RuntimeError("boom, told by the error file")
+
+main()
+"""
+
+
+def test_real_torchrun_failure_is_named_from_the_error_file(tmp_path):
+    script = tmp_path / "rank.py"
+    script.write_text(RECORDED_RANK)
+    argv = [PY, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--nnodes", "1", "--node_rank", "0",
+            "--master_addr", "127.0.0.1", "--master_port", str(probes.find_free_port()), str(script)]  # fmt: skip
+    code, _, err = run_quiet(launcher_plan(argv, str(tmp_path / "run")))
+    assert code == 1, err
+    error = err.rstrip().splitlines()[-1]
+    assert "rank 1 failed with RuntimeError: boom, told by the error file" in error, err
+    assert not list(Path(tempfile.gettempdir()).glob("islab-torchrun-*/*/attempt_0/1/error.json"))  # cleaned up
+
+
+def test_a_skrl_jax_rank_gets_an_error_file_and_is_named_from_it(tmp_path):
+    recorder = """
+        import os
+        from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+        ErrorHandler().record_exception(RuntimeError("only in the error file"))
+        os._exit(1)
+        """
+    code, _, err = run_quiet(ranks_plan(["import time; time.sleep(30)", recorder], str(tmp_path / "run"), tmp_path))
+    assert code == 1
+    assert "rank 1 (node 0, local rank 1) exited with code 1: RuntimeError: only in the error file" in err

@@ -14,11 +14,16 @@ The ranks meet at a **rendezvous**. With torchrun's *static* rendezvous, node 0 
 at ``--rdzv_endpoint`` under a shared ``--rdzv_id`` and torchrun assigns node ranks itself (it
 ignores ``--node_rank``, so none is passed). skrl-JAX nodes meet at ``--coordinator_address``.
 
+Which launcher a library uses is decided here once, from the library registry
+(:func:`islab.libs.registry.launcher_of`), and recorded in :attr:`LaunchPlan.launcher`; the
+launcher's own module writes its command (:mod:`islab.launcher.torchrun`,
+:mod:`islab.launcher.skrl_jax`) and everything later reads the plan.
+
 Everything in this module is a pure function of its inputs -- the spec, the clock and a port the
 caller found free (and the agent-config YAML the spec names, for the budget's rollout length) --
 so the same inputs always give the same plan and tests need no machine state.
-Probing ports, counting GPUs and starting processes happen at the edges (:mod:`islab.cli`,
-:mod:`islab.supervise`). No torch import here.
+Probing ports, counting GPUs and starting processes happen at the edges (:mod:`islab.launcher.probes`,
+:mod:`islab.launcher.supervise`). No torch import here, and nothing from the rank side.
 """
 
 from __future__ import annotations
@@ -26,30 +31,33 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import PurePath
+from importlib.util import find_spec
+from pathlib import Path, PurePath
 from types import MappingProxyType
 from typing import Literal
 
 from islab.agent_config import load_agent_config
 from islab.budget import Budget
-from islab.spec import (
-    DEFAULT_C10D_ID,
-    DEFAULT_MULTINODE_MASTER_PORT,
-    DEFAULT_RDZV_TIMEOUT_S,
-    Issue,
-    ResolvedSpec,
-    RunSpec,
-    join_host_port,
-    mask_env,
-    split_host_port,
-)
-from islab.worker import ENTRY_SCRIPT
+from islab.launcher import skrl_jax, torchrun
+from islab.launcher.addresses import join_host_port, split_host_port
+from islab.launcher.issues import Issue, mask_env
+from islab.launcher.resolve import ResolvedSpec
+from islab.launcher.spec import DEFAULT_C10D_ID, DEFAULT_MULTINODE_MASTER_PORT, DEFAULT_RDZV_TIMEOUT_S, RunSpec
+from islab.libs.registry import env_fixes, launcher_of
 
 Launcher = Literal["torchrun", "skrl-jax"]
 LOCALHOST = "127.0.0.1"
 RUN_DIR_TIME_FORMAT = "%Y-%m-%d_%H-%M-%S"
+
+
+def entry_script() -> str:
+    """The worker's ``__main__.py``: skrl's JAX launcher runs a script path, not a module. Found
+    without importing the worker package (the launcher stays off the rank side)."""
+    worker = find_spec(torchrun.WORKER_MODULE)
+    assert worker is not None and worker.submodule_search_locations, "islab.worker is not installed"
+    return str(Path(next(iter(worker.submodule_search_locations)), "__main__.py").resolve())
 
 
 @dataclass(frozen=True)
@@ -83,8 +91,9 @@ class LaunchPlan:
     # The port node 0 must be able to bind before a real launch (static master / JAX coordinator).
     node0_port: int | None = None
     # Where the nodes meet (host:port) and how long node 0 waits for them: for the supervisor's
-    # "node(s) did not join" message, and to bound the skrl-JAX rendezvous (see supervise.py).
+    # "node(s) did not join" message, to bound the skrl-JAX rendezvous, and for the doctor.
     rendezvous_address: str | None = None
+    rendezvous_kind: str | None = None  # "static master" | "c10d endpoint" | "JAX coordinator"
     rendezvous_timeout_s: int = DEFAULT_RDZV_TIMEOUT_S
     nnodes: int = 1
     # What the job trains (iterations x ranks x envs x rollout): shown by the dry run.
@@ -105,7 +114,7 @@ class LaunchPlan:
 def run_dir_for(spec: RunSpec, now: datetime) -> str:
     """``<log_dir>/<lib>/<task>/<YYYY-mm-dd_HH-MM-SS>[_<run_name>]`` -- chosen once, for all ranks;
     or the run directory being resumed, so a resumed run keeps its logs and checkpoints together."""
-    if spec.resumes_run_dir:
+    if spec.resume is not None and Path(spec.resume).is_dir():
         return str(spec.resume)
     stamp = now.strftime(RUN_DIR_TIME_FORMAT)
     leaf = f"{stamp}_{spec.run_name}" if spec.run_name else stamp
@@ -153,79 +162,9 @@ def budget_of(spec: RunSpec) -> Budget:
 def plan_env(spec: RunSpec) -> dict[str, str]:
     """Environment every rank of this plan gets on top of the node's own environment."""
     env = dict(spec.env)
-    # rsl_rl imports GitPython at import time, which raises when no git binary is installed.
-    env.setdefault("GIT_PYTHON_REFRESH", "quiet")
-    if spec.ml_framework == "jax":
-        # JAX grabs ~75% of GPU memory at start and would starve the torch env on the same GPU.
-        env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-        if spec.device == "cpu":
-            env.setdefault("JAX_PLATFORMS", "cpu")
+    for name, value in env_fixes(spec.lib, spec.ml_framework, spec.device).items():
+        env.setdefault(name, value)  # the library registry's fixes; the user's env wins
     return env
-
-
-def _torchrun_argv(spec: RunSpec, node_rank: int, derived: Mapping[str, str], run_dir: str) -> list[str]:
-    argv = [
-        spec.python, "-m", "torch.distributed.run",
-        "--nproc_per_node", str(spec.nproc_per_node),
-        "--nnodes", spec.nnodes_text,
-    ]  # fmt: skip
-    timeout = spec.rendezvous.timeout_s
-    if spec.rendezvous.backend == "c10d":
-        # c10d: join_timeout bounds the wait for the rendezvous to complete (torchrun default 600 s).
-        argv += [
-            "--rdzv_backend", "c10d",
-            "--rdzv_endpoint", derived["rendezvous.endpoint"],
-            "--rdzv_id", derived["rendezvous.id"],
-            "--rdzv_conf", f"join_timeout={timeout}",
-        ]  # fmt: skip
-    else:
-        # static: "timeout" is the TCPStore's timeout, i.e. how long node 0's store waits for the
-        # other nodes' agents to connect (static_tcp_rendezvous.py; torchrun default 900 s).
-        argv += [
-            "--node_rank", str(node_rank),
-            "--master_addr", derived["rendezvous.master_addr"],
-            "--master_port", derived["rendezvous.master_port"],
-            "--rdzv_conf", f"timeout={timeout}",
-        ]  # fmt: skip
-    argv += ["--max_restarts", str(spec.max_restarts), "-m", "islab.worker"]
-    return argv + worker_args(spec, run_dir)
-
-
-def _jax_argv(spec: RunSpec, node_rank: int, coordinator: str, run_dir: str) -> list[str]:
-    return [
-        spec.python, "-m", "skrl.utils.distributed.jax",
-        "--nnodes", str(spec.nnodes),
-        "--nproc_per_node", str(spec.nproc_per_node),
-        "--node_rank", str(node_rank),
-        "--coordinator_address", coordinator,
-        str(ENTRY_SCRIPT),
-        *worker_args(spec, run_dir),
-    ]  # fmt: skip
-
-
-def _jax_ranks(
-    spec: RunSpec, node_rank: int, coordinator: str, run_dir: str, env: Mapping[str, str]
-) -> tuple[RankLaunch, ...]:
-    """The processes skrl's launcher would start, with exactly the variables it sets.
-
-    skrl/utils/distributed/jax/launcher.py: JAX_LOCAL_RANK=j, JAX_RANK=node_rank*nproc+j,
-    JAX_WORLD_SIZE=nnodes*nproc, JAX_COORDINATOR_ADDR / JAX_COORDINATOR_PORT split from the address.
-    """
-    host, port = split_host_port(coordinator)
-    argv = (spec.python, str(ENTRY_SCRIPT), *worker_args(spec, run_dir))
-    ranks = []
-    for local_rank in range(spec.nproc_per_node):
-        global_rank = node_rank * spec.nproc_per_node + local_rank
-        rank_env = {
-            **env,
-            "JAX_LOCAL_RANK": str(local_rank),
-            "JAX_RANK": str(global_rank),
-            "JAX_WORLD_SIZE": str(spec.nnodes * spec.nproc_per_node),
-            "JAX_COORDINATOR_ADDR": host,
-            "JAX_COORDINATOR_PORT": str(port),
-        }
-        ranks.append(RankLaunch(global_rank, local_rank, argv, MappingProxyType(rank_env)))
-    return tuple(ranks)
 
 
 def _derive(spec: RunSpec, free_port: int) -> tuple[dict[str, str], int | None]:
@@ -233,7 +172,7 @@ def _derive(spec: RunSpec, free_port: int) -> tuple[dict[str, str], int | None]:
     multi-node job cannot agree on a probed port, so they need an explicit one (or 29500)."""
     rdzv = spec.rendezvous
     single_node = spec.nnodes == 1
-    if spec.ml_framework == "jax":
+    if launcher_of(spec.lib, spec.ml_framework) == skrl_jax.NAME:
         coordinator = spec.coordinator_address or join_host_port(LOCALHOST, free_port)
         return {"coordinator_address": coordinator}, split_host_port(coordinator)[1]
     if rdzv.backend == "c10d":
@@ -259,76 +198,48 @@ def build_plan(spec: RunSpec, *, now: datetime, free_port: int) -> LaunchPlan:
     coordinator that the spec left open (the caller probes it; see ``supervise.find_free_port``).
     """
     run_dir = run_dir_for(spec, now)
+    launcher = launcher_of(spec.lib, spec.ml_framework)
     derived, node0_port = _derive(spec, free_port)
-    env = plan_env(spec)
+    env = MappingProxyType(plan_env(spec))
+    worker = worker_args(spec, run_dir)
     node_ranks = [spec.node_rank] if spec.node_rank is not None else list(range(spec.nnodes))
     nodes = []
     for node_rank in node_ranks:
-        if spec.ml_framework == "jax":
-            coordinator = derived["coordinator_address"]
-            nodes.append(
-                NodePlan(
-                    node_rank=node_rank,
-                    argv=tuple(_jax_argv(spec, node_rank, coordinator, run_dir)),
-                    env=MappingProxyType(dict(env)),
-                    ranks=_jax_ranks(spec, node_rank, coordinator, run_dir, env),
-                )
+        if launcher == skrl_jax.NAME:
+            coordinator, script = derived["coordinator_address"], entry_script()
+            ranks = tuple(
+                RankLaunch(global_rank, local_rank, (spec.python, script, *worker), MappingProxyType({**env, **jax}))
+                for global_rank, local_rank, jax in skrl_jax.rank_envs(spec, node_rank, coordinator)
             )
+            argv = skrl_jax.node_argv(spec, node_rank, coordinator, script, worker)
+            nodes.append(NodePlan(node_rank, argv, env, ranks))
         else:
-            argv = _torchrun_argv(spec, node_rank, derived, run_dir)
-            nodes.append(NodePlan(node_rank, tuple(argv), MappingProxyType(dict(env))))
+            nodes.append(NodePlan(node_rank, torchrun.node_argv(spec, node_rank, derived, worker), env))
+    address, kind = _meeting_point(derived)
     return LaunchPlan(
-        launcher="skrl-jax" if spec.ml_framework == "jax" else "torchrun",
+        launcher=launcher,
         run_dir=run_dir,
         nodes=tuple(nodes),
         derived=MappingProxyType({**derived, "run_dir": run_dir}),
         node0_port=node0_port,
-        rendezvous_address=_meeting_point(derived),
+        rendezvous_address=address,
+        rendezvous_kind=kind,
         rendezvous_timeout_s=spec.rendezvous.timeout_s,
         nnodes=spec.nnodes,
         budget=budget_of(spec),
     )
 
 
-def _meeting_point(derived: Mapping[str, str]) -> str | None:
-    """host:port where the nodes meet (static master, c10d endpoint or JAX coordinator)."""
+def _meeting_point(derived: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """(host:port, kind) where the nodes meet: static master, c10d endpoint or JAX coordinator."""
     if "coordinator_address" in derived:
-        return derived["coordinator_address"]
+        return derived["coordinator_address"], "JAX coordinator"
     if "rendezvous.endpoint" in derived:
-        return derived["rendezvous.endpoint"]
+        return derived["rendezvous.endpoint"], "c10d endpoint"
     if "rendezvous.master_addr" in derived:
-        return join_host_port(derived["rendezvous.master_addr"], int(derived["rendezvous.master_port"]))
-    return None
-
-
-def with_c10d_node_facts(
-    plan: LaunchPlan, node_rank: int, *, hosts_store: bool, local_addr: str | None = None
-) -> LaunchPlan:
-    """``plan`` with what only the launching node knows added to its c10d torchrun command.
-
-    torchrun guesses two things from the machine's host name, and both guesses miss an address on
-    a second network card (a cluster fabric, a network namespace), making nodes wait until they
-    time out:
-
-    * which node hosts the c10d store: the one whose host name or name-resolved addresses match
-      the endpoint -- ``hosts_store`` (this node can bind the endpoint's address) adds
-      ``is_host=1`` to ``--rdzv_conf``;
-    * the address the ranks use to reach the group's rank-0 node (``MASTER_ADDR``), by default
-      ``socket.getfqdn()`` -- ``local_addr`` (this node's address on the route to the endpoint)
-      becomes ``--local_addr``.
-
-    Plans that are not c10d are returned unchanged."""
-    node = plan.node(node_rank)
-    argv = list(node.argv)
-    if "--rdzv_conf" not in argv or "c10d" not in argv:
-        return plan
-    index = argv.index("--rdzv_conf") + 1
-    if hosts_store and "is_host=" not in argv[index]:
-        argv[index] = f"{argv[index]},is_host=1"
-    if local_addr is not None and "--local_addr" not in argv:
-        argv[index + 1 : index + 1] = ["--local_addr", local_addr]
-    nodes = tuple(replace(item, argv=tuple(argv)) if item.node_rank == node_rank else item for item in plan.nodes)
-    return replace(plan, nodes=nodes)
+        address = join_host_port(derived["rendezvous.master_addr"], int(derived["rendezvous.master_port"]))
+        return address, "static master"
+    return None, None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -386,7 +297,7 @@ def format_text(plan: LaunchPlan, resolved: ResolvedSpec) -> str:
         elif name == "max_iterations" and spec.total_env_steps is not None:
             detail = f"{detail}, derived from total_env_steps by each run"
         lines.append(f"#   {name.ljust(width)} = {_comment_value(value)}  ({detail})")
-    if plan.launcher == "skrl-jax":
+    if plan.launcher == skrl_jax.NAME:
         lines.append(
             "# note: a real launch starts these ranks itself (same JAX_* variables as skrl's "
             "launcher) so that a failing rank fails the run"
@@ -403,43 +314,57 @@ def format_text(plan: LaunchPlan, resolved: ResolvedSpec) -> str:
 
 
 def launch_issues(spec: RunSpec, *, platform: str, visible_gpus: int) -> list[Issue]:
-    """Reasons a *real* launch of ``spec`` cannot start on this node (a dry run skips these)."""
-    issues: list[Issue] = []
-    if platform.startswith(("win", "cygwin")):
-        if spec.device == "cuda":
-            issues.append(Issue(
-                "device",
-                "GPU training needs NCCL, which only exists on Linux",
-                "Run on a Linux machine or in WSL2; --dry-run still prints the plan here",
-            ))  # fmt: skip
-        else:
-            issues.append(Issue(
-                "platform",
-                "islab-train supervises ranks with POSIX process groups and signals, which Windows lacks",
-                "Run it in WSL2 (CPU ranks over gloo work there); --dry-run still prints the plan here",
-            ))  # fmt: skip
-    needs_node_rank = spec.nnodes > 1 and not (spec.ml_framework == "torch" and spec.rendezvous.backend == "c10d")
-    if needs_node_rank and spec.node_rank is None:
-        issues.append(Issue(
-            "node_rank",
-            f"this is a {spec.nnodes}-node run and each node starts its own launcher, "
-            "but this one was not told which node it is",
-            "Pass --node-rank 0 on the first node, --node-rank 1 on the second, and so on "
-            "(--dry-run prints every node's command)",
-        ))  # fmt: skip
-    if spec.device == "cuda":
-        if visible_gpus == 0:
-            issues.append(Issue(
-                "device",
-                "cuda was asked for but no CUDA device is visible on this machine "
-                "(CUDA_VISIBLE_DEVICES / nvidia-smi)",
-                f"Use --device cpu --nproc {spec.nproc_per_node} for CPU ranks over gloo",
-            ))  # fmt: skip
-        elif spec.nproc_per_node > visible_gpus:
-            issues.append(Issue(
-                "nproc_per_node",
-                f"{spec.nproc_per_node} GPU processes per node need {spec.nproc_per_node} GPUs "
-                f"but {visible_gpus} are visible (CUDA_VISIBLE_DEVICES is honoured)",
-                f"Use --gpus {visible_gpus}, or --device cpu --nproc {spec.nproc_per_node}",
-            ))  # fmt: skip
-    return issues
+    """Reasons a *real* launch of ``spec`` cannot start on this node (a dry run skips these).
+    The doctor shows the platform and GPU ones as its rows; it does not check them again."""
+    found = (platform_issue(spec.device, platform), node_rank_issue(spec), gpu_issue(spec, visible_gpus))
+    return [issue for issue in found if issue is not None]
+
+
+def platform_issue(device: str, platform: str) -> Issue | None:
+    if not platform.startswith(("win", "cygwin")):
+        return None
+    if device == "cuda":
+        return Issue(
+            "device",
+            "GPU training needs NCCL, which only exists on Linux",
+            "Run on a Linux machine or in WSL2; --dry-run still prints the plan here",
+        )
+    return Issue(
+        "platform",
+        "islab-train supervises ranks with POSIX process groups and signals, which Windows lacks",
+        "Run it in WSL2 (CPU ranks over gloo work there); --dry-run still prints the plan here",
+    )
+
+
+def node_rank_issue(spec: RunSpec) -> Issue | None:
+    """Each node starts its own launcher and must know which node it is -- except with torchrun's
+    c10d rendezvous, where torchrun assigns the node ranks."""
+    assigned = launcher_of(spec.lib, spec.ml_framework) == torchrun.NAME and spec.rendezvous.backend == "c10d"
+    if spec.nnodes == 1 or assigned or spec.node_rank is not None:
+        return None
+    return Issue(
+        "node_rank",
+        f"this is a {spec.nnodes}-node run and each node starts its own launcher, "
+        "but this one was not told which node it is",
+        "Pass --node-rank 0 on the first node, --node-rank 1 on the second, and so on "
+        "(--dry-run prints every node's command)",
+    )
+
+
+def gpu_issue(spec: RunSpec, visible_gpus: int) -> Issue | None:
+    if spec.device != "cuda":
+        return None
+    if visible_gpus == 0:
+        return Issue(
+            "device",
+            "cuda was asked for but no CUDA device is visible on this machine (CUDA_VISIBLE_DEVICES / nvidia-smi)",
+            f"Use --device cpu --nproc {spec.nproc_per_node} for CPU ranks over gloo",
+        )
+    if spec.nproc_per_node > visible_gpus:
+        return Issue(
+            "nproc_per_node",
+            f"{spec.nproc_per_node} GPU processes per node need {spec.nproc_per_node} GPUs "
+            f"but {visible_gpus} are visible (CUDA_VISIBLE_DEVICES is honoured)",
+            f"Use --gpus {visible_gpus}, or --device cpu --nproc {spec.nproc_per_node}",
+        )
+    return None

@@ -1,8 +1,8 @@
 """What the user sees while a run trains, and when it ends.
 
 The launcher owns the console; the ranks write to their log files (``<run_dir>/logs/rank_<R>.log``)
-and rank 0 appends one JSON line per iteration to ``<run_dir>/progress.jsonl`` (the "Progress"
-contract in docs/ARCHITECTURE.md). This module turns those files into:
+and rank 0 appends one JSON line per iteration to ``<run_dir>/progress.jsonl`` (read through
+:mod:`islab.rundir`, which names every file of the run directory). This module turns them into:
 
 * on a terminal, a **live display** (Rich ``Live``): iteration / max with a bar, total env steps/s
   of all ranks, mean episode return, elapsed time and ETA; lines from the ranks that are shown
@@ -20,7 +20,6 @@ Decisions are pure functions (:func:`plain_line`, :func:`eta_s`, :func:`summary_
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import shlex
@@ -31,9 +30,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
 
-PROGRESS_FILE = "progress.jsonl"
-SUMMARY_FILE = "summary.json"
-CURVES_FILE = "curves.png"
+from islab.rundir import (
+    CURVES_FILE,
+    SUMMARY_FILE,
+    ProgressReader,
+    curves_path,
+    progress_path,
+    read_progress,
+    read_summary,
+)
+
 DEFAULT_PLAIN_INTERVAL_S = 10.0
 # torchrun --tee prefixes every line of a worker with "[<role><local_rank>]:"
 _TORCHRUN_LINE = re.compile(r"^\[default(\d+)\]:(.*)$", re.DOTALL)
@@ -71,48 +77,6 @@ def route_line(line: str, first_rank: int) -> tuple[int | None, str]:
 
 def rank_prefix(rank: int | None) -> str:
     return "" if rank is None else f"[rank {rank}] "
-
-
-# ----------------------------------------------------------------------------------------------
-# progress.jsonl
-# ----------------------------------------------------------------------------------------------
-
-
-class ProgressReader:
-    """Reads the records appended to ``progress.jsonl`` since the last call. A half-written last
-    line is left for the next call; lines that are not JSON objects are skipped."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self._offset = 0
-        self._partial = b""
-
-    def poll(self) -> list[dict[str, Any]]:
-        try:
-            with open(self.path, "rb") as handle:
-                handle.seek(self._offset)
-                chunk = handle.read()
-        except OSError:
-            return []
-        self._offset += len(chunk)
-        data = self._partial + chunk
-        *lines, self._partial = data.split(b"\n")
-        return [record for record in map(parse_record, lines) if record is not None]
-
-
-def parse_record(raw: bytes | str) -> dict[str, Any] | None:
-    try:
-        record = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return record if isinstance(record, dict) and isinstance(record.get("iteration"), int) else None
-
-
-def read_progress(path: Path) -> list[dict[str, Any]]:
-    reader = ProgressReader(path)
-    records = reader.poll()
-    tail = parse_record(reader._partial) if reader._partial.strip() else None
-    return records + ([tail] if tail else [])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -260,7 +224,7 @@ class RunView:
         self.progress = progress
         self.note = note
         self.interval_s = interval_s
-        self.reader = ProgressReader(Path(run_dir, PROGRESS_FILE))
+        self.reader = ProgressReader(progress_path(run_dir))
         self.latest: dict[str, Any] | None = None
         self.records: list[dict[str, Any]] = []
         self._printed: int | None = None
@@ -366,16 +330,13 @@ def write_curves(records: Sequence[Mapping[str, Any]], path: Path) -> Path | Non
 
 def finish(run_dir: str, out: IO[str], *, tty: bool, resume: str | None, records: Sequence[Mapping[str, Any]]) -> None:
     """End of a successful run on node 0: curves.png and the summary table."""
-    records = list(records) or read_progress(Path(run_dir, PROGRESS_FILE))
+    records = list(records) or read_progress(progress_path(run_dir))
     curves = None
     try:
-        curves = write_curves(records, Path(run_dir, CURVES_FILE))
+        curves = write_curves(records, curves_path(run_dir))
     except Exception as exc:  # a plot must never turn a finished run into a failure
         out.write(f"islab-train: could not draw {CURVES_FILE}: {exc}\n")
-    try:
-        summary = json.loads(Path(run_dir, SUMMARY_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        summary = None
+    summary = read_summary(run_dir)
     if summary is None:
         out.write(f"islab-train: finished; no {SUMMARY_FILE} in {run_dir}\n")
         return

@@ -32,7 +32,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from islab.spec import Issue, Provided, SpecError, join_host_port
+from islab.launcher.addresses import join_host_port
+from islab.launcher.issues import Issue, SpecError
+from islab.launcher.resolve import Provided
+from islab.launcher.spec import RunSpec
+from islab.libs.registry import LIBRARIES, launcher_of
 
 PORT_BASE = 20000
 PORT_SPAN = 20000
@@ -111,7 +115,7 @@ class Allocation:
             "node_rank": Provided(self.node_rank, "SLURM_NODEID"),
         }
         address = join_host_port(self.master_host, self.port)
-        if chosen.get("ml_framework") == "jax":
+        if _launcher(chosen) == "skrl-jax":
             layer["coordinator_address"] = Provided(address, f"{host_origin} and {port_origin}")
         elif chosen.get("rendezvous.backend") == "c10d":
             layer["rendezvous.endpoint"] = Provided(address, f"{host_origin} and {port_origin}")
@@ -121,6 +125,14 @@ class Allocation:
             layer["rendezvous.master_addr"] = Provided(self.master_host, host_origin)
             layer["rendezvous.master_port"] = Provided(self.port, port_origin)
         return layer
+
+
+def _launcher(chosen: Mapping[str, Any]) -> str | None:
+    """The launcher the other layers chose; a framework only one library has names it even when
+    the library was left out (the spec then says what is wrong with the pair)."""
+    framework = str(chosen.get("ml_framework", RunSpec.model_fields["ml_framework"].default))
+    lib = str(chosen.get("lib", RunSpec.model_fields["lib"].default))
+    return launcher_of(lib, framework) or next(filter(None, (launcher_of(name, framework) for name in LIBRARIES)), None)
 
 
 def _int_variable(environ: Mapping[str, str], name: str) -> int:

@@ -1,40 +1,27 @@
-"""The run spec: one validated, immutable description of a training launch.
+"""The run spec: one validated, immutable description of a training launch (the schema only).
 
-A launch is described by up to four *layers* of settings, highest precedence first:
-
-1. the command line (``--num-envs 64``),
-2. inside a SLURM allocation (``--slurm`` or under ``srun``): the allocation's node count, node
-   rank and rendezvous address (:mod:`islab.slurm`),
-3. ``ISLAB_*`` environment variables (``ISLAB_NUM_ENVS=64``),
-4. a YAML cluster file (``--cluster two-node.yaml``), shared by every node of a cluster,
-5. built-in defaults.
-
-:func:`resolve_spec` merges them field by field (a command-line ``--master-port`` overrides the
-file's ``rendezvous.master_port`` but keeps its ``master_addr``), validates the result once, and
-returns a :class:`ResolvedSpec`: the frozen :class:`RunSpec` plus, for every field, the layer it
-came from. Nothing is launched before this succeeds, and every way it can fail is a
-:class:`SpecError` carrying one-line, human messages of the form
+:class:`RunSpec` holds every setting of a launch and the rules between them (``jax`` only with
+skrl, a multi-node static rendezvous needs node 0's address, ...). A failed rule is a
+:class:`~islab.launcher.issues.SpecError` with one-line, human messages of the form
 ``error: <field>: <what is wrong>. <how to fix it>.`` -- never a pydantic dump or a traceback.
+
+This module reads no files and knows nothing of where values came from: merging the command
+line, SLURM, ``ISLAB_*`` variables, a cluster file and the defaults, and the rules that need
+the disk (the agent config's keys, the ``--resume`` path), live in :mod:`islab.launcher.resolve`.
 
 Settings that are only known on the machine that launches (a free port, the GPU count, the clock)
 are *not* filled in here: the spec keeps ``None`` for "not given", so the rules "JAX-only option on
 a torch launcher" or "multi-node without a master address" can tell an explicit value from a
-default. :mod:`islab.plan` fills those in.
+default. :mod:`islab.launcher.plan` fills those in.
 
-This module must stay importable without torch (``--help``, ``--dry-run`` and spec errors are
-called often by CI and must be instant).
+Torch-free, like the whole launcher (``--help``, ``--dry-run`` and spec errors must be instant).
 """
 
 from __future__ import annotations
 
-import difflib
-import ipaddress
 import re
 import sys
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from enum import Enum
-from pathlib import Path
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
@@ -44,24 +31,24 @@ from pydantic import (
     Field,
     StrictInt,
     StrictStr,
-    ValidationError,
     field_serializer,
     field_validator,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
 
-from islab.agent_config import AgentConfigError, load_agent_config
-from islab.budget import rollout_length
-from islab.tasks import LIBRARIES, TASKS, agent_config_path
+from islab.launcher.addresses import is_valid_host, split_host_port
+from islab.launcher.issues import mask_env, suggest
+from islab.libs.registry import LIBRARIES, frameworks_of, launcher_of
+from islab.tasks import TASKS
 
-Lib = Literal["rl_games", "rsl_rl", "skrl"]
+Lib = Literal[tuple(LIBRARIES)]  # type: ignore[valid-type]  # the library registry names them
 MLFramework = Literal["torch", "jax"]
 Device = Literal["cuda", "cpu"]
 RdzvBackend = Literal["static", "c10d"]
 
 CHOICES: dict[str, tuple[str, ...]] = {
-    "lib": LIBRARIES,
+    "lib": tuple(LIBRARIES),
     "ml_framework": ("torch", "jax"),
     "device": ("cuda", "cpu"),
     "rendezvous.backend": ("static", "c10d"),
@@ -82,8 +69,6 @@ NODE_RANGE_PATTERN = re.compile(r"(\d+):(\d+)")
 RUN_NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
 OVERRIDE_PATTERN = re.compile(r"^\+?[A-Za-z_][A-Za-z0-9_.\-]*=")  # "+key=value" adds a key on purpose
 ENV_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_HOST_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-HOSTNAME_PATTERN = re.compile(rf"(?=.{{1,253}}\Z){_HOST_LABEL}(?:\.{_HOST_LABEL})*\.?")
 # The launchers set these per rank; a user value would silently be overwritten or break the group.
 RESERVED_ENV = frozenset(
     {
@@ -92,44 +77,11 @@ RESERVED_ENV = frozenset(
         "JAX_COORDINATOR_PORT",
     }
 )  # fmt: skip
-SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
-SECRET_MASK = "****"
-
-
-class Source(str, Enum):
-    """Which layer a resolved value came from."""
-
-    CLI = "cli"
-    SLURM = "slurm"
-    ENV = "env"
-    FILE = "file"
-    DEFAULT = "default"
 
 
 # ----------------------------------------------------------------------------------------------
-# Errors
+# The schema
 # ----------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Issue:
-    """One problem with the spec: which field, what is wrong, how to fix it."""
-
-    field: str
-    problem: str
-    fix: str
-
-    def message(self) -> str:
-        fix = self.fix if self.fix.endswith(("?", "!", ".")) else f"{self.fix}."
-        return f"error: {self.field}: {self.problem.rstrip('.')}. {fix}"
-
-
-class SpecError(Exception):
-    """The spec cannot be used; ``issues`` holds one human message per problem."""
-
-    def __init__(self, issues: list[Issue] | Issue):
-        self.issues = tuple(issues) if isinstance(issues, list) else (issues,)
-        super().__init__("\n".join(issue.message() for issue in self.issues))
 
 
 def _rule(field_name: str, problem: str, fix: str, *, given_by: str | None = None) -> PydanticCustomError:
@@ -142,64 +94,6 @@ def _rule(field_name: str, problem: str, fix: str, *, given_by: str | None = Non
     return PydanticCustomError("spec_rule", "{problem}", ctx)
 
 
-def suggest(word: str, candidates: list[str] | tuple[str, ...]) -> str:
-    """ "did you mean 'x'?" for the closest candidate, or an empty string."""
-    lowered = {c.lower(): c for c in candidates}
-    matches = difflib.get_close_matches(str(word).lower(), list(lowered), n=1, cutoff=0.6)
-    return f"did you mean '{lowered[matches[0]]}'?" if matches else ""
-
-
-def is_secret_name(name: str) -> bool:
-    upper = name.upper()
-    return any(marker in upper for marker in SECRET_MARKERS)
-
-
-def mask_env(env: Mapping[str, str]) -> dict[str, str]:
-    """A copy of ``env`` fit for printing: secret-looking values replaced by ``****``."""
-    return {name: (SECRET_MASK if is_secret_name(name) else value) for name, value in env.items()}
-
-
-# ----------------------------------------------------------------------------------------------
-# Host names and addresses
-# ----------------------------------------------------------------------------------------------
-
-
-def is_valid_host(host: str) -> bool:
-    """A DNS host name (RFC 1123 labels) or an IPv4/IPv6 literal; nothing a shell could mis-read."""
-    try:
-        ipaddress.ip_address(host)
-        return True
-    except ValueError:
-        return bool(HOSTNAME_PATTERN.fullmatch(host))
-
-
-def split_host_port(address: str) -> tuple[str, int]:
-    """``host:port`` or ``[v6]:port`` -> (host, port); raises ValueError with a reason."""
-    if address.startswith("["):
-        host, sep, rest = address[1:].partition("]")
-        if not sep or not rest.startswith(":"):
-            raise ValueError("an IPv6 address must be written [addr]:port")
-        port_text = rest[1:]
-    else:
-        host, sep, port_text = address.rpartition(":")
-        if not sep:
-            raise ValueError("it has no ':port'")
-        if ":" in host:
-            raise ValueError("write an IPv6 address as [addr]:port")
-    if not is_valid_host(host):
-        raise ValueError(f"'{host}' is not a valid host name or IP address")
-    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
-        raise ValueError(f"the port '{port_text}' is not a number between 1 and 65535")
-    return host, int(port_text)
-
-
-def join_host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-# ----------------------------------------------------------------------------------------------
-# The schema
-# ----------------------------------------------------------------------------------------------
 
 Count = Annotated[StrictInt, Field(ge=1)]
 NonNegative = Annotated[StrictInt, Field(ge=0)]
@@ -466,16 +360,24 @@ class RunSpec(_Frozen):
                 f"{self.node_rank} is outside [0, {self.nnodes}) for nnodes={self.nnodes}",
                 f"Pass --node-rank between 0 and {self.nnodes - 1} on each node",
             )
-        if self.elastic and (self.ml_framework == "jax" or rdzv.backend != "c10d"):
-            launcher = "skrl's JAX launcher" if self.ml_framework == "jax" else "the static rendezvous"
+        launcher = launcher_of(self.lib, self.ml_framework)  # None: the library lacks that framework
+        if self.elastic and (launcher != "torchrun" or rdzv.backend != "c10d"):
+            fixed = "the static rendezvous" if launcher == "torchrun" else "skrl's JAX launcher"
             raise _rule(
                 "nnodes",
                 f"{self.nnodes_text} (elastic membership) needs torchrun's c10d rendezvous, but "
-                f"{launcher} needs a fixed number of nodes",
+                f"{fixed} needs a fixed number of nodes",
                 f"Give a fixed count such as --nnodes {self.nnodes}"
-                + ("" if self.ml_framework == "jax" else ", or add --rdzv-backend c10d --rdzv-endpoint host:port"),
+                + (", or add --rdzv-backend c10d --rdzv-endpoint host:port" if launcher == "torchrun" else ""),
             )
-        if self.ml_framework == "jax":
+        if launcher is None:
+            having = [lib for lib in LIBRARIES if self.ml_framework in frameworks_of(lib)]
+            raise _rule(
+                "ml_framework",
+                f"{self.ml_framework} only works with {', '.join(having)}, not {self.lib}",
+                f"Use --lib {having[0]} --ml-framework {self.ml_framework}, or --ml-framework torch",
+            )
+        if launcher == "skrl-jax":
             self._check_jax(rdzv)
         else:
             if self.coordinator_address is not None:
@@ -485,40 +387,9 @@ class RunSpec(_Frozen):
                     "For torchrun use --master-addr/--master-port (static) or --rdzv-endpoint (c10d)",
                 )
             self._check_torchrun(rdzv)
-        if self.resume is not None and self.node_rank in (None, 0):
-            self._check_resume_path(Path(self.resume))
-        try:
-            # The rollout length turns iterations into env steps (islab.budget; the dry run shows it).
-            rollout_length(self.lib, load_agent_config(self.lib, self.task, self.overrides))
-        except AgentConfigError as error:
-            raise _rule(
-                error.field, error.message, f"The keys are those of {agent_config_path(self.lib, self.task)}"
-            ) from None
         return self
 
-    @staticmethod
-    def _check_resume_path(path: Path) -> None:
-        # Only node 0 reads the checkpoint (it broadcasts it), so other nodes need not have it.
-        checkpoint = path / "checkpoints" / "latest.pt" if path.is_dir() else path
-        if not checkpoint.is_file():
-            raise _rule(
-                "resume",
-                f"{str(path)!r} is neither a checkpoint file nor a run directory with checkpoints/latest.pt",
-                "Pass the run directory printed at the end of a run, or one of its checkpoints/*.pt files",
-            )
-
-    @property
-    def resumes_run_dir(self) -> bool:
-        """``--resume RUN_DIR`` continues in that run directory (TensorBoard, logs, checkpoints)."""
-        return self.resume is not None and Path(self.resume).is_dir()
-
     def _check_jax(self, rdzv: Rendezvous) -> None:
-        if self.lib != "skrl":
-            raise _rule(
-                "ml_framework",
-                f"jax only works with skrl, not {self.lib}",
-                "Use --lib skrl --ml-framework jax, or --ml-framework torch",
-            )
         torchrun_only = {
             "rendezvous.backend": rdzv.backend != "static",
             "rendezvous.master_addr": rdzv.master_addr is not None,
@@ -606,255 +477,3 @@ FIELDS: tuple[str, ...] = (
 )
 
 
-# ----------------------------------------------------------------------------------------------
-# Layers and resolution
-# ----------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Provided:
-    """A value from one layer and the words that name where it came from (for messages)."""
-
-    value: Any
-    origin: str  # e.g. "--gpus", "ISLAB_NUM_ENVS", "two-node.yaml: rendezvous.master_port"
-
-
-@dataclass(frozen=True)
-class ResolvedSpec:
-    """The validated spec plus, per dotted field name, which layer supplied it."""
-
-    spec: RunSpec
-    sources: Mapping[str, Source] = field(default_factory=dict)
-    origins: Mapping[str, str] = field(default_factory=dict)
-    cluster_file: str | None = None
-
-    def explain(self) -> list[tuple[str, Any, Source]]:
-        """(field, value, source) for every field, in schema order; secrets masked."""
-        plain = self.spec.to_plain()
-        rows = []
-        for name in FIELDS:
-            section, _, key = name.rpartition(".")
-            value = plain[section][key] if section else plain[key]
-            rows.append((name, value, self.sources.get(name, Source.DEFAULT)))
-        return rows
-
-
-def load_cluster_file(path: Path) -> dict[str, Provided]:
-    """Read a YAML cluster spec into a flat layer keyed by dotted field names.
-
-    Only reading and shape checks happen here; types and unknown keys are left to the schema so
-    that all of those messages come from one place.
-    """
-    import yaml  # lazy: only paid when a cluster file is given
-
-    label = f"--cluster {path}"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(
-            Issue(label, "the file does not exist", "Check the path (configs/cluster/ has examples)")
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise SpecError(
-            Issue(label, f"cannot read the file ({reason})", "Check the path and its permissions")
-        ) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError(Issue(label, f"malformed YAML{where}: {problem}", "Fix the YAML syntax there")) from None
-    if not isinstance(data, dict):
-        kind = "empty" if data is None else f"a {type(data).__name__}, not a mapping"
-        raise SpecError(
-            Issue(
-                label,
-                f"the file is {kind}",
-                "A cluster file is a mapping of keys such as lib: rsl_rl, nnodes: 2",
-            )
-        )
-    if isinstance(data.get("nnodes"), int) and re.search(r"^nnodes\s*:\s*\d+\s*:\s*\d+", text, re.MULTILINE):
-        # YAML 1.1 reads an unquoted 1:2 as the base-60 number 62.
-        raise SpecError(
-            Issue(
-                f"{path.name}: nnodes",
-                f"the unquoted node range was read by YAML as the number {data['nnodes']}",
-                'Quote it: nnodes: "1:2"',
-            )
-        )
-    layer: dict[str, Provided] = {}
-    for key, value in data.items():
-        if key == "rendezvous" and isinstance(value, dict):
-            for sub_key, sub_value in value.items():
-                dotted = f"rendezvous.{sub_key}"
-                layer[dotted] = Provided(sub_value, f"{path.name}: {dotted}")
-        else:
-            layer[str(key)] = Provided(value, f"{path.name}: {key}")
-    return layer
-
-
-def _unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
-    nested: dict[str, Any] = {}
-    for dotted, value in flat.items():
-        if dotted.startswith("rendezvous.") and not isinstance(nested.get("rendezvous", {}), dict):
-            continue  # `rendezvous: 5` in a file: leave the type error to the schema
-        if dotted.startswith("rendezvous."):
-            nested.setdefault("rendezvous", {})[dotted.split(".", 1)[1]] = value
-        else:
-            nested[dotted] = value
-    return nested
-
-
-_RIVALS = {"total_env_steps": "max_iterations", "max_iterations": "total_env_steps"}
-
-
-def resolve_spec(
-    cli: Mapping[str, Provided] | None = None,
-    env: Mapping[str, Provided] | None = None,
-    cluster_file: Path | None = None,
-    slurm: Callable[[Mapping[str, Any]], Mapping[str, Provided]] | None = None,
-) -> ResolvedSpec:
-    """Merge command line > SLURM allocation > environment > cluster file > defaults, then
-    validate once.
-
-    ``cli`` and ``env`` are flat layers keyed by dotted field names (``rendezvous.master_port``);
-    absent keys mean "not given". ``slurm``, when running inside a SLURM allocation, builds the
-    allocation's layer (nodes, node rank, rendezvous) from the values the other layers chose --
-    where the rendezvous goes depends on the launcher and backend (see :mod:`islab.slurm`).
-    Raises :class:`SpecError` with human messages.
-    """
-    file_layer = load_cluster_file(cluster_file) if cluster_file is not None else {}
-    slurm_layer: Mapping[str, Provided] = {}
-    if slurm is not None:
-        chosen: dict[str, Any] = {}
-        for layer in (file_layer, env or {}, cli or {}):
-            chosen.update({name: provided.value for name, provided in layer.items()})
-        slurm_layer = slurm(chosen)
-    layers = (
-        (Source.CLI, cli or {}),
-        (Source.SLURM, slurm_layer),
-        (Source.ENV, env or {}),
-        (Source.FILE, file_layer),
-    )
-
-    merged: dict[str, Any] = {}
-    sources: dict[str, Source] = {}
-    origins: dict[str, str] = {}
-    for source, layer in reversed(layers):  # lowest precedence first, higher ones overwrite
-        # The two ways of saying how long to train replace each other across layers, as one value
-        # replaces another: --total-env-steps on the command line beats max_iterations in a
-        # cluster file. Both in one layer is a contradiction, reported by RunSpec.
-        for name, rival in _RIVALS.items():
-            if name in layer and rival not in layer:
-                for held in (merged, sources, origins):
-                    held.pop(rival, None)
-        for name, provided in layer.items():
-            merged[name] = provided.value
-            sources[name] = source
-            origins[name] = provided.origin
-
-    # The default number of environments belongs to the task, so it is filled after merging.
-    if "num_envs" not in merged and merged.get("task", DEFAULT_TASK) in TASKS:
-        merged["num_envs"] = TASKS[merged.get("task", DEFAULT_TASK)].default_num_envs
-
-    try:
-        spec = RunSpec.model_validate(_unflatten(merged))
-    except ValidationError as exc:
-        raise SpecError([_issue_from_pydantic(err, origins) for err in exc.errors()]) from None
-    return ResolvedSpec(
-        spec=spec,
-        sources=MappingProxyType(sources),
-        origins=MappingProxyType(origins),
-        cluster_file=str(cluster_file) if cluster_file is not None else None,
-    )
-
-
-# ----------------------------------------------------------------------------------------------
-# pydantic errors -> one human line each
-# ----------------------------------------------------------------------------------------------
-
-_FIELD_FIX = {
-    "num_envs": "Give the number of parallel environments per rank, e.g. 4096",
-    "max_iterations": "Give the number of training iterations (each rank runs them all), e.g. 150",
-    "total_env_steps": "Give the env steps to train, summed over all ranks, e.g. 1000000",
-    "nnodes": "Give the number of machines, e.g. 2",
-    "nproc_per_node": "Give the processes per node, e.g. --gpus 2 or --device cpu --nproc 2",
-    "node_rank": "Give this node's index, 0 for the first node",
-    "seed": "Give a whole number ≥ 0, e.g. 42",
-    "max_restarts": "Give a whole number ≥ 0, e.g. 0",
-    "rendezvous.master_port": "Choose a port between 1 and 65535, e.g. 29500",
-    "rendezvous.timeout_s": "Give the seconds node 0 waits for the other nodes, e.g. 300",
-    "checkpoint_interval": "Give the iterations between checkpoints, e.g. 10 (0: only at the end)",
-}
-
-
-def _label(dotted: str, origins: Mapping[str, str]) -> str:
-    origin = origins.get(dotted)
-    if origin is None or origin.endswith(f": {dotted}"):
-        # file values: "two-node.yaml: nnodes" already names the field
-        return origin or dotted
-    return f"{dotted} ({origin})"
-
-
-def _issue_from_pydantic(err: Mapping[str, Any], origins: Mapping[str, str]) -> Issue:
-    loc = [str(part) for part in err["loc"]]
-    kind = err["type"]
-    ctx = err.get("ctx") or {}
-    value = err.get("input")
-    if kind == "spec_rule":
-        dotted = ctx.get("field") or ".".join(loc)
-        label = _env_label(dotted, origins) if dotted.startswith("env.") else _label(dotted, origins)
-        problem = ctx["problem"]
-        if ctx.get("given_by"):
-            origin = origins.get(ctx["given_by"])
-            problem = f"{problem} (given by {origin})" if origin else problem
-        return Issue(label, problem, ctx["fix"])
-    # Errors inside a mapping/tuple (env.NAME, overrides.0) are reported on the parent field.
-    dotted = ".".join(loc[:2]) if loc and loc[0] == "rendezvous" else (loc[0] if loc else "spec")
-    label = _label(dotted, origins)
-    fix = _FIELD_FIX.get(dotted, "See docs/CLI.md for the field's format")
-
-    if kind == "extra_forbidden":
-        parent_fields = list(Rendezvous.model_fields) if loc[0] == "rendezvous" else [*INPUT_FIELDS]
-        unknown = loc[-1]
-        hint = suggest(unknown, parent_fields)
-        where = "rendezvous" if loc[0] == "rendezvous" else "the spec"
-        file_origin = origins.get(dotted, dotted)
-        return Issue(
-            file_origin,
-            f"unknown key {unknown!r} in {where}",
-            f"{hint + ' ' if hint else ''}Valid keys: {', '.join(parent_fields)}",
-        )
-    if kind == "literal_error":
-        choices = CHOICES.get(dotted, ())
-        hint = suggest(str(value), choices)
-        return Issue(
-            label,
-            f"{value!r} is not one of {', '.join(choices)}",
-            hint or f"Choose one of {', '.join(choices)}",
-        )
-    if kind in {"int_type", "int_parsing", "int_from_float"}:
-        return Issue(label, f"expected a whole number, got {value!r} ({type(value).__name__})", fix)
-    if kind in {"greater_than_equal", "less_than_equal"}:
-        low, high = ctx.get("ge"), ctx.get("le")
-        if dotted == "rendezvous.master_port":
-            problem = f"port {value} is outside 1–65535"
-        elif low == 1:
-            problem = f"must be at least 1, got {value}"
-        else:
-            problem = f"must be ≥ {low}" + (f" and ≤ {high}" if high is not None else "") + f", got {value}"
-        return Issue(label, problem, fix)
-    if kind in {"string_type", "str_type"}:
-        return Issue(label, f"expected text, got {value!r} ({type(value).__name__})", "Quote the value")
-    if kind in {"dict_type", "model_type", "mapping_type"}:
-        return Issue(label, f"expected a mapping, got {value!r}", "Write it as nested key: value lines")
-    if kind in {"tuple_type", "list_type"}:
-        return Issue(label, f"expected a list, got {value!r}", "Write it as a YAML list")
-    return Issue(label, str(err.get("msg", "invalid value")), fix)
-
-
-def _env_label(dotted: str, origins: Mapping[str, str]) -> str:
-    origin = origins.get("env")
-    return f"{origin.rsplit(':', 1)[0]}: {dotted}" if origin and ":" in origin else dotted

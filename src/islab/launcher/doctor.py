@@ -7,14 +7,15 @@ on two nodes. ``islab-train doctor`` checks them and prints one row per check wi
 
 The module has two halves, so that every decision is unit-testable without the machine:
 
-* **facts** (:class:`Facts`) are gathered at the edge -- ``socket.if_nameindex()``, the text of
-  ``nvidia-smi``, ``shutil.disk_usage``, DNS, a bind or a TCP connect, and a short probe run with
-  the *ranks'* interpreter (``--python``) for library versions, torch's CUDA build, NCCL and gloo;
+* **facts** (:class:`Facts`) are gathered at the edge by :mod:`islab.launcher.probes` --
+  ``socket.if_nameindex()``, the text of ``nvidia-smi``, ``shutil.disk_usage``, DNS, a bind or a
+  TCP connect, and a probe run with the *ranks'* interpreter -- with the rendezvous the plan chose;
 * **checks** are pure functions ``facts -> Check(name, status, detail, fix)``.
 
-``islab-train`` runs the cheap subset (:data:`CHEAP`, no interpreter probe, no connects) before a
-real launch; ``islab-train doctor`` runs everything. Statuses: ``pass``, ``warn`` (worth knowing,
-does not fail), ``fail``, ``skip`` (does not apply). ``doctor`` exits 0 when nothing failed.
+``islab-train`` runs the checks marked ``before_launch`` (:class:`CheckDef`: no interpreter probe,
+no connects, nothing the plan already refuses) before a real launch; ``islab-train doctor`` runs
+everything. Statuses: ``pass``, ``warn`` (worth knowing, does not fail), ``fail``, ``skip`` (does
+not apply). ``doctor`` exits 0 when nothing failed.
 
 No torch import in this module: the probe runs in a child interpreter, the one the ranks use.
 """
@@ -22,37 +23,39 @@ No torch import in this module: the probe runs in a child interpreter, the one t
 from __future__ import annotations
 
 import contextlib
-import errno
 import ipaddress
 import json
 import os
 import re
 import shutil
 import socket
-import subprocess
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from islab.plan import LaunchPlan
-from islab.spec import RunSpec, split_host_port
+from islab.launcher.addresses import split_host_port
+from islab.launcher.plan import LaunchPlan, gpu_issue, platform_issue
+from islab.launcher.probes import (
+    Runtime,
+    bind_state,
+    connect_state,
+    nearest_existing,
+    probe_runtime,
+    read_nvidia_smi,
+    resolve,
+    visible_gpu_count,
+)
+from islab.launcher.spec import RunSpec
+from islab.libs.registry import LIBRARIES, launcher_of
 
 Status = Literal["pass", "warn", "fail", "skip"]
 GIB = 1024**3
 DISK_FAIL_BYTES = 1 * GIB
 DISK_WARN_BYTES = 5 * GIB
-CONNECT_TIMEOUT_S = 2.0
-PROBE_TIMEOUT_S = 120.0
-# Distributions whose versions must match across nodes (importlib.metadata names).
-LIB_DISTRIBUTIONS = {"rl_games": "rl-games", "rsl_rl": "rsl-rl-lib", "skrl": "skrl"}
-VERSION_DISTRIBUTIONS = ("islab-train", "torch", "rl-games", "rsl-rl-lib", "skrl", "jax", "jaxlib")
 IFNAME_VARIABLES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 _CUDA_VERSION = re.compile(r"CUDA Version\s*:\s*(\d+)\.(\d+)")
-
-# Names of the checks the launcher runs before every real launch (no probe, no connects).
-CHEAP = ("socket interfaces", "rendezvous address", "rendezvous port", "rendezvous exposure", "disk space")
 
 
 @dataclass(frozen=True)
@@ -66,18 +69,6 @@ class Check:
 # ----------------------------------------------------------------------------------------------
 # Facts
 # ----------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Runtime:
-    """What the ranks' interpreter reports (the probe); ``error`` when it could not run."""
-
-    python: str | None = None
-    versions: Mapping[str, str | None] = field(default_factory=dict)
-    torch_cuda: str | None = None  # torch.version.cuda; None for a CPU-only build
-    nccl: str | None = None  # "2.21.5", None when torch has no NCCL
-    gloo: bool | None = None
-    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -108,109 +99,18 @@ class Facts:
     runtime: Runtime | None = None  # None: not probed (the cheap subset)
 
 
-PROBE = r"""
-import importlib.metadata as md, json, sys
-out = {"python": sys.version.split()[0], "versions": {}, "torch_cuda": None, "nccl": None, "gloo": None,
-       "error": None}
-for name in DISTRIBUTIONS:
-    try:
-        out["versions"][name] = md.version(name)
-    except md.PackageNotFoundError:
-        out["versions"][name] = None
-try:
-    import torch
-    import torch.distributed as dist
-    out["torch_cuda"] = torch.version.cuda
-    out["gloo"] = bool(dist.is_available() and dist.is_gloo_available())
-    if dist.is_available() and dist.is_nccl_available():
-        version = torch.cuda.nccl.version()
-        out["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
-except Exception as exc:
-    out["error"] = f"{type(exc).__name__}: {exc}"
-print(json.dumps(out))
-"""
-
-
-def probe_runtime(python: str, run: Callable[..., Any] = subprocess.run) -> Runtime:
-    """Run :data:`PROBE` with the ranks' interpreter (it may be Isaac Sim's, not ours)."""
-    script = f"DISTRIBUTIONS = {VERSION_DISTRIBUTIONS!r}\n{PROBE}"
-    try:
-        result = run([python, "-c", script], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return Runtime(error=f"cannot run {python}: {exc}")
-    if result.returncode != 0:
-        last = (result.stderr or "").strip().splitlines()[-1:] or ["no output"]
-        return Runtime(error=f"{python} exited with code {result.returncode}: {last[0]}")
-    try:
-        data = json.loads(result.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return Runtime(error=f"{python} printed no probe result")
-    return Runtime(
-        python=data.get("python"),
-        versions=data.get("versions") or {},
-        torch_cuda=data.get("torch_cuda"),
-        nccl=data.get("nccl"),
-        gloo=data.get("gloo"),
-        error=data.get("error"),
-    )
-
-
 def rendezvous_of(plan: LaunchPlan, spec: RunSpec, node_rank: int | None) -> Rendezvous | None:
-    """Where this plan's nodes meet and whether this node hosts it (static/JAX: node 0)."""
-    derived = plan.derived
-    if "coordinator_address" in derived:
-        kind, address = "JAX coordinator", derived["coordinator_address"]
-    elif "rendezvous.endpoint" in derived:
-        kind, address = "c10d endpoint", derived["rendezvous.endpoint"]
-    elif "rendezvous.master_addr" in derived:
-        kind = "static master"
-        address = f"{derived['rendezvous.master_addr']}:{derived['rendezvous.master_port']}"
-        if ":" in derived["rendezvous.master_addr"]:
-            address = f"[{derived['rendezvous.master_addr']}]:{derived['rendezvous.master_port']}"
-    else:
+    """Where the plan says the nodes meet, and whether this node hosts it (static/JAX: node 0)."""
+    if plan.rendezvous_address is None or plan.rendezvous_kind is None:
         return None
-    host, port = split_host_port(address)
-    if kind == "c10d endpoint":
+    host, port = split_host_port(plan.rendezvous_address)
+    if plan.rendezvous_kind == "c10d endpoint":
         listens = None  # torchrun assigns node ranks; the host that owns the address serves the store
     elif node_rank is None:
         listens = True if spec.nnodes == 1 else None
     else:
         listens = node_rank == 0
-    return Rendezvous(kind, host, port, listens)
-
-
-def resolve(host: str) -> tuple[tuple[str, ...], str | None]:
-    try:
-        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-    except (OSError, UnicodeError) as exc:
-        return (), str(exc)
-    return tuple(dict.fromkeys(str(info[4][0]) for info in infos)), None
-
-
-def bind_state(address: str, port: int) -> str:
-    """Can this machine listen on ``address:port``? "free", "busy", or "not-local" (the address
-    belongs to another machine)."""
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((address, port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                return "busy"
-            if exc.errno == errno.EADDRNOTAVAIL:
-                return "not-local"
-            return f"cannot bind ({exc.strerror or exc})"
-    return "free"
-
-
-def connect_state(address: str, port: int, timeout_s: float = CONNECT_TIMEOUT_S) -> str:
-    try:
-        with socket.create_connection((address, port), timeout=timeout_s):
-            return "open"
-    except TimeoutError:
-        return f"no answer within {timeout_s:g} s"
-    except OSError as exc:
-        return exc.strerror or str(exc)
+    return Rendezvous(plan.rendezvous_kind, host, port, listens)
 
 
 def probe_rendezvous(target: Rendezvous, *, connect: bool) -> Rendezvous:
@@ -242,8 +142,6 @@ def gather_facts(
     visible_gpus: int | None = None,
 ) -> Facts:
     """Look at this machine. ``full`` adds the interpreter probe, nvidia-smi and TCP connects."""
-    from islab.supervise import visible_gpu_count
-
     node_rank = spec.node_rank if spec.node_rank is not None else (0 if spec.nnodes == 1 else None)
     interfaces = tuple(name for _, name in socket.if_nameindex()) if hasattr(socket, "if_nameindex") else ()
     socket_env = {name: value for name in IFNAME_VARIABLES if (value := spec.env.get(name, environ.get(name)))}
@@ -272,31 +170,15 @@ def gather_facts(
     )
 
 
-def nearest_existing(path: Path) -> Path:
-    """The log directory, or its closest existing parent (it is created at launch)."""
-    path = path.absolute()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
-def read_nvidia_smi(which: Callable[[str], str | None] = shutil.which) -> str | None:
-    binary = which("nvidia-smi")
-    if binary is None:
-        return None
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        result = subprocess.run([binary], capture_output=True, text=True, timeout=15, check=False)
-        if result.returncode == 0:
-            return result.stdout
-    return None
-
-
 # ----------------------------------------------------------------------------------------------
 # Checks (pure)
 # ----------------------------------------------------------------------------------------------
 
 
-def check_os(platform: str) -> Check:
+def check_os(platform: str, device: str = "cuda") -> Check:
+    issue = platform_issue(device, platform)
+    if issue is not None:
+        return Check("operating system", "fail", f"{platform}: {issue.problem}", issue.fix)
     if platform.startswith("linux"):
         return Check("operating system", "pass", "Linux")
     return Check(
@@ -309,22 +191,15 @@ def check_gpus(spec: RunSpec, visible_gpus: int) -> Check:
     name = "GPUs vs processes"
     if spec.device == "cpu":
         return Check(name, "pass", f"{spec.nproc_per_node} CPU process(es) per node; {visible_gpus} GPU(s) visible")
-    if visible_gpus == 0:
-        return Check(
-            name, "fail", f"{spec.nproc_per_node} GPU process(es) per node, but no CUDA device is visible",
-            f"Check nvidia-smi and CUDA_VISIBLE_DEVICES, or use --device cpu --nproc {spec.nproc_per_node}",
-        )  # fmt: skip
-    if spec.nproc_per_node > visible_gpus:
-        return Check(
-            name, "fail", f"{spec.nproc_per_node} GPU process(es) per node, {visible_gpus} GPU(s) visible",
-            f"Use --gpus {visible_gpus} (or free CUDA_VISIBLE_DEVICES)",
-        )  # fmt: skip
+    issue = gpu_issue(spec, visible_gpus)
+    if issue is not None:
+        return Check(name, "fail", issue.problem, issue.fix)
     spare = f" ({visible_gpus - spec.nproc_per_node} unused)" if visible_gpus > spec.nproc_per_node else ""
     return Check(name, "pass", f"{spec.nproc_per_node} GPU process(es) per node, {visible_gpus} visible{spare}")
 
 
 def check_backend(spec: RunSpec, runtime: Runtime | None) -> Check:
-    if spec.ml_framework == "jax":
+    if launcher_of(spec.lib, spec.ml_framework) != "torchrun":
         return Check("collective backend", "skip", "skrl-JAX uses jax.distributed, not NCCL/gloo process groups")
     wanted = "NCCL" if spec.device == "cuda" else "gloo"
     name = f"collective backend ({wanted})"
@@ -449,9 +324,7 @@ def check_versions(spec: RunSpec, runtime: Runtime | None) -> Check:
     if runtime.python is None:
         return Check(name, "fail", runtime.error or "the interpreter probe failed", "Check --python")
     versions = runtime.versions
-    needed = ["islab-train", "torch", LIB_DISTRIBUTIONS[spec.lib]]
-    if spec.ml_framework == "jax":
-        needed += ["jax", "jaxlib"]
+    needed = ["islab-train", *LIBRARIES[spec.lib].distributions(spec.ml_framework)]
     shown = [f"python {runtime.python}"] + [
         f"{dist} {version}" for dist, version in versions.items() if version is not None
     ]
@@ -512,25 +385,41 @@ def check_disk(path: str, free: int | None) -> Check:
     return Check(name, "pass", text)
 
 
-def run_checks(facts: Facts, names: Iterable[str] | None = None) -> list[Check]:
-    """Every check over ``facts`` (or only those named, e.g. :data:`CHEAP`)."""
-    spec = facts.spec
-    checks = [
-        check_os(facts.platform),
-        check_gpus(spec, facts.visible_gpus),
-        check_backend(spec, facts.runtime),
-        check_driver_cuda(spec, facts.nvidia_smi, facts.runtime),
-        check_resolves(facts.rendezvous),
-        check_port(facts.rendezvous),
-        check_exposure(facts.rendezvous),
-        check_ifnames(facts.socket_env, facts.interfaces),
-        check_versions(spec, facts.runtime),
-        check_disk(facts.disk_path, facts.disk_free),
+@dataclass(frozen=True)
+class CheckDef:
+    """One row of the doctor. ``before_launch``: cheap (no interpreter probe, no connects) and not
+    already a launch issue of the plan (:func:`islab.launcher.plan.launch_issues` refuses a wrong
+    platform or too few GPUs itself), so every real launch runs it first."""
+
+    name: str
+    run: Callable[[Facts], Check]
+    before_launch: bool = False
+
+
+CHECKS: tuple[CheckDef, ...] = (
+    CheckDef("operating system", lambda facts: check_os(facts.platform, facts.spec.device)),
+    CheckDef("GPUs vs processes", lambda facts: check_gpus(facts.spec, facts.visible_gpus)),
+    CheckDef("collective backend", lambda facts: check_backend(facts.spec, facts.runtime)),
+    CheckDef("driver vs torch CUDA", lambda facts: check_driver_cuda(facts.spec, facts.nvidia_smi, facts.runtime)),
+    CheckDef("rendezvous address", lambda facts: check_resolves(facts.rendezvous), before_launch=True),
+    CheckDef("rendezvous port", lambda facts: check_port(facts.rendezvous), before_launch=True),
+    CheckDef("rendezvous exposure", lambda facts: check_exposure(facts.rendezvous), before_launch=True),
+    CheckDef("socket interfaces", lambda facts: check_ifnames(facts.socket_env, facts.interfaces), before_launch=True),
+    CheckDef("versions", lambda facts: check_versions(facts.spec, facts.runtime)),
+    CheckDef("disk space", lambda facts: check_disk(facts.disk_path, facts.disk_free), before_launch=True),
+)
+# The names of the checks a real launch runs first.
+CHEAP = tuple(check.name for check in CHECKS if check.before_launch)
+
+
+def run_checks(facts: Facts, names: Iterable[str] | None = None, *, before_launch: bool = False) -> list[Check]:
+    """Every check over ``facts``; only those marked ``before_launch``, or only those named."""
+    wanted = set(names) if names is not None else None
+    return [
+        check.run(facts)
+        for check in CHECKS
+        if (not before_launch or check.before_launch) and (wanted is None or check.name in wanted)
     ]
-    if names is not None:
-        wanted = set(names)
-        checks = [check for check in checks if check.name in wanted]
-    return checks
 
 
 def all_passed(checks: Iterable[Check]) -> bool:

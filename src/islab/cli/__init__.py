@@ -1,0 +1,108 @@
+"""``islab-train``: the command line in front of the spec, the planner and the supervisor.
+
+* :mod:`islab.cli.options` -- the option table: every option once, with its help, panel,
+  ``ISLAB_*`` variable and spec field;
+* :mod:`islab.cli.app` -- the training command (resolve, plan, check, launch);
+* :mod:`islab.cli.commands` -- ``doctor``, ``sbatch`` and ``tasks``;
+* here -- :func:`run` (the entry point tests call in-process) and :func:`main` (the console script
+  ``islab-train`` and ``python -m islab.cli``).
+
+The training command takes trailing KEY=VALUE arguments, which a click group cannot combine with
+subcommand names; so :func:`run` dispatches on the first argument instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from enum import Enum
+from typing import Any
+
+import typer
+
+from islab.cli.app import ARGV, PROG, app, source_of
+from islab.cli.commands import SUBCOMMANDS, commands
+from islab.cli.options import BY_NAME
+from islab.launcher.issues import Issue, suggest
+
+# Characters that typesetting puts where "--" was meant (the Chinese edition of Isaac Lab's guide
+# prints "–distributed"); argparse/click would report a confusing "unexpected argument".
+LOOKALIKE_DASHES = "\u2013\u2014\u2212\u2010\u2011\u2012\ufe63\uff0d"
+
+
+def lookalike_dash_issue(args: list[str]) -> Issue | None:
+    """An argument typed with an en/em dash instead of "--" (copy-pasted from typeset docs)."""
+    for arg in args:
+        if arg and arg[0] in LOOKALIKE_DASHES:
+            name = arg.lstrip(LOOKALIKE_DASHES + "-")
+            meant = f"--{name}" if len(name.split("=")[0]) > 1 else f"-{name}"
+            return Issue(
+                f"argument {arg!r}",
+                f"starts with the typographic dash {arg[0]!r} (U+{ord(arg[0]):04X}), not '--'",
+                f"did you mean {meant}? Retype the dashes as two ASCII hyphens",
+            )
+    return None
+
+
+def _bad_parameter_issue(exc: Any) -> Issue:
+    """click/typer's "Invalid value for ..." -> our one-line error with the field and a fix."""
+    param = exc.param
+    name = getattr(param, "name", None) or "value"
+    option = max(getattr(param, "opts", None) or [name], key=len)
+    label = option
+    if exc.ctx is not None and name in BY_NAME and source_of(exc.ctx, name) == "ENVIRONMENT":
+        label = f"{option} (from {BY_NAME[name].envvar})"
+    cause = exc.__cause__
+    errors = cause.errors() if hasattr(cause, "errors") else []
+    raw = errors[0].get("input") if errors else None
+    kind = BY_NAME[name].kind if name in BY_NAME else None
+    if isinstance(kind, type) and issubclass(kind, Enum) and raw is not None:
+        choices = [member.value for member in kind]
+        hint = suggest(str(raw), choices)
+        if name == "device" and str(raw).lower().startswith("gpu"):
+            hint = "did you mean 'cuda'? (or --gpus N)"
+        return Issue(
+            label, f"{raw!r} is not one of {', '.join(choices)}", hint or f"Choose one of {', '.join(choices)}"
+        )
+    if raw is not None and errors and errors[0].get("type", "").startswith("int"):
+        return Issue(label, f"expected a whole number, got {raw!r}", f"Give a number, e.g. {option} 2")
+    message = " ".join(str(exc.message).split()).rstrip(".")
+    return Issue(label, message, f"Run '{PROG} --help' for the accepted values")
+
+
+def _wants_subcommand(args: list[str], subcommands: tuple[str, ...]) -> bool:
+    """`islab-train doctor ...` etc. (also while the shell completes such a command line)."""
+    if args and args[0] in subcommands:
+        return True
+    words = (os.environ.get("COMP_WORDS") or os.environ.get("_TYPER_COMPLETE_ARGS") or "").split()
+    return len(words) > 1 and words[1] in subcommands
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Parse and execute; return the exit status (tests call this in-process)."""
+    from typer._click import exceptions as click_exceptions  # typer vendors click
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    dash = lookalike_dash_issue(args)
+    if dash is not None:
+        print(dash.message(), file=sys.stderr)
+        return 2
+    ARGV[:] = args
+    command = typer.main.get_command(commands if _wants_subcommand(args, SUBCOMMANDS) else app)
+    try:
+        result = command.main(args=args, prog_name=PROG, standalone_mode=False)
+    except typer.BadParameter as exc:
+        print(_bad_parameter_issue(exc).message(), file=sys.stderr)
+        return 2
+    except click_exceptions.UsageError as exc:
+        message = " ".join(exc.format_message().split()).rstrip(".")
+        print(f"error: {message}. Run '{PROG} --help' for the options.", file=sys.stderr)
+        return 2
+    except typer.Abort:
+        return 130
+    return result if isinstance(result, int) else 0
+
+
+def main() -> None:
+    sys.exit(run())
+

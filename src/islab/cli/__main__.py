@@ -1,0 +1,5 @@
+"""``python -m islab.cli``: the same as the ``islab-train`` console script."""
+
+from islab.cli import main
+
+main()

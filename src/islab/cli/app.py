@@ -1,0 +1,278 @@
+"""The training command: options -> spec -> plan -> printed (``--dry-run``) or launched.
+
+The command line only translates: options and ``ISLAB_*`` variables (one table, :mod:`islab.cli.options`)
+become spec layers (:func:`islab.launcher.resolve.resolve_spec` merges and validates them), the spec
+becomes a plan (:func:`islab.launcher.plan.build_plan`), and the plan is printed (``--dry-run``) or
+run (:func:`islab.launcher.supervise.run_plan`). Every failure the user can fix is one line on
+stderr, ``error: <field>: <what is wrong>. <fix>.``, with exit code 2 and no traceback.
+
+Exit codes: 0 success (or a dry run); 2 the spec or command line is wrong, nothing started;
+otherwise the training's own status (a failed rank gives non-zero; death by signal N gives 128+N;
+islab-train itself stopped by SIGINT/SIGTERM exits 130/143).
+
+Keep imports light: ``--help``, ``--dry-run`` and spec errors must not import torch, numpy or any
+RL library (CI runs them constantly). typer does not import rich until help is rendered.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import datetime
+from enum import Enum
+from typing import Any, NoReturn
+
+import typer
+
+from islab.cli.options import BY_NAME, OPTIONS, signature
+from islab.launcher import doctor, slurm
+from islab.launcher import plan as planner
+from islab.launcher.addresses import split_host_port
+from islab.launcher.issues import Issue, SpecError, mask_env
+from islab.launcher.plan import LaunchPlan
+from islab.launcher.probes import find_free_port, local_address_towards, visible_gpu_count
+from islab.launcher.resolve import Provided, ResolvedSpec, resolve_spec
+from islab.launcher.spec import RunSpec
+from islab.launcher.supervise import ConsoleOptions, run_plan
+from islab.launcher.torchrun import with_c10d_node_facts
+from islab.rundir import rank_log, write_launch_record
+
+# islab-train's own arguments as typed (set by islab.cli.run), for the "how to resume" hint.
+ARGV: list[str] = []
+
+PROG = "islab-train"
+
+EPILOG = """\
+[bold]Examples[/bold]
+
+  [dim]# one workstation, 2 GPUs[/dim]
+  islab-train --lib rsl_rl --gpus 2
+
+  [dim]# on each node of a cluster (same file everywhere, node rank differs)[/dim]
+  islab-train --cluster configs/cluster/two-node-static.yaml --node-rank 0
+
+  [dim]# CI: print the commands as JSON, launch nothing (works without GPUs)[/dim]
+  islab-train --lib skrl --ml-framework jax --gpus 2 --dry-run --json
+
+  [dim]# no GPU: 2 CPU ranks over gloo, agent-config override at the end[/dim]
+  islab-train --lib rl_games --device cpu --nproc 2 --num-envs 256 params.config.minibatch_size=512
+
+  [dim]# Isaac Sim's interpreter runs the launcher and the ranks[/dim]
+  islab-train --python ${ISAACSIM_PYTHON_EXE} --gpus all
+
+  [dim]# check this node first (GPUs, NCCL, address/port, interfaces, versions, driver, disk)[/dim]
+  islab-train doctor --cluster configs/cluster/two-node-static.yaml --node-rank 1
+
+  [dim]# SLURM: write a batch script, submit it (each node runs islab-train --slurm)[/dim]
+  islab-train sbatch --nnodes 2 --gpus 4 --partition gpu > job.sh && sbatch job.sh
+
+  [dim]# see every rank's output, prefixed [rank R] (default: progress + rank 0's errors)[/dim]
+  islab-train --device cpu --nproc 2 --all-ranks
+
+  [dim]# which tasks exist, and for which libraries[/dim]
+  islab-train tasks
+
+Commands: islab-train doctor | sbatch | tasks (each has --help).
+Precedence: command line > SLURM allocation (--slurm / under srun) > ISLAB_* environment
+> --cluster YAML > defaults.
+Exit codes: 0 ok / dry run, 2 bad spec (nothing started), else the training's status
+(signal N -> 128+N; Ctrl-C -> 130). Reference: docs/CLI.md.
+"""
+
+app = typer.Typer(
+    name=PROG,
+    add_completion=True,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    pretty_exceptions_enable=False,
+)
+
+
+def train(ctx: typer.Context, **options: Any) -> None:
+    resolved = resolve(ctx, options)
+    if options["json_output"] and not options["dry_run"]:
+        fail(SpecError(Issue("--json", "only works together with --dry-run", "Add --dry-run")))
+    _plan_and_go(resolved, dry_run=options["dry_run"], json_output=options["json_output"],
+                 all_ranks=options["all_ranks"])  # fmt: skip
+
+
+train.__signature__ = signature(train=True)  # type: ignore[attr-defined]
+app.command(
+    epilog=EPILOG,
+    help="Launch distributed RL training (rl_games, rsl_rl, skrl) on a workstation, a cluster "
+    "or CPU ranks, or print the plan with --dry-run.\n\n"
+    "Trailing KEY=VALUE items override the agent config (dotted keys, values parsed as YAML).",
+)(train)
+
+
+# ----------------------------------------------------------------------------------------------
+# Options -> spec layers
+# ----------------------------------------------------------------------------------------------
+
+
+def resolve(ctx: typer.Context, options: dict[str, Any], *, slurm_layer: Any = None) -> ResolvedSpec:
+    """Command line + ISLAB_* + cluster file (+ SLURM allocation) -> validated spec, or exit 2."""
+    try:
+        cli_layer, env_layer = _layers(ctx, options)
+        _apply_gpus(ctx, options.get("gpus"), cli_layer, env_layer)
+        slurm_layer = slurm_layer or _slurm_layer(options.get("slurm"))
+        return resolve_spec(cli_layer, env_layer, options.get("cluster"), slurm=slurm_layer)
+    except SpecError as exc:
+        fail(exc)
+
+
+def source_of(ctx: typer.Context, name: str) -> str:
+    source = ctx.get_parameter_source(name)
+    return getattr(source, "name", "DEFAULT")
+
+
+def _layers(ctx: typer.Context, values: dict[str, Any]) -> tuple[dict[str, Provided], dict[str, Provided]]:
+    """Split what click collected into the command-line layer and the ISLAB_* layer."""
+    cli_layer: dict[str, Provided] = {}
+    env_layer: dict[str, Provided] = {}
+    overrides = values.get("overrides")
+    if overrides:
+        cli_layer["overrides"] = Provided(tuple(overrides), "KEY=VALUE")
+    for option in OPTIONS:
+        value = values.get(option.name)
+        if option.field is None or value is None:
+            continue
+        if isinstance(value, Enum):
+            value = value.value
+        if option.name == "nnodes" and value.strip().lstrip("+-").isdigit():
+            value = int(value)  # "2" -> 2 (and "-1" -> -1, refused as a count); "1:2" stays text
+        if source_of(ctx, option.name) == "ENVIRONMENT":
+            env_layer[option.field] = Provided(value, option.envvar)
+        else:
+            cli_layer[option.field] = Provided(value, option.flag)
+    return cli_layer, env_layer
+
+
+def _slurm_layer(flag: bool | None) -> Any:
+    """The SLURM allocation's layer builder when SLURM mode is on (--slurm, or under srun)."""
+    if flag is False or (flag is None and not slurm.in_srun_step(os.environ)):
+        return None
+    return slurm.allocation_from_environ(os.environ).layer
+
+
+def _apply_gpus(
+    ctx: typer.Context, gpus: str | None, cli_layer: dict[str, Provided], env_layer: dict[str, Provided]
+) -> None:
+    """--gpus N|all is shorthand for device=cuda + nproc_per_node=N, in the layer it came from."""
+    if gpus is None:
+        return
+    from_env = source_of(ctx, "gpus") == "ENVIRONMENT"
+    layer = env_layer if from_env else cli_layer
+    label = BY_NAME["gpus"].envvar if from_env else "--gpus"
+    text = gpus.strip().lower()
+    if text == "all":
+        count = visible_gpu_count()
+        if count == 0:
+            raise SpecError(Issue(
+                label,
+                "'all' found no visible CUDA devices (CUDA_VISIBLE_DEVICES / nvidia-smi)",
+                "Pass --gpus N to plan for N GPUs, or use --device cpu --nproc N",
+            ))  # fmt: skip
+    elif text.isdigit():
+        count = int(text)
+    else:
+        raise SpecError(Issue(label, f"expected a number or 'all', got {gpus!r}", "Use e.g. --gpus 2 or --gpus all"))
+    device = layer.get("device")
+    if device is not None and device.value != "cuda":
+        raise SpecError(Issue(
+            label, f"GPUs were asked for together with {device.origin} {device.value}",
+            "Use --gpus N for GPU ranks, or --device cpu --nproc N for CPU ranks, not both",
+        ))  # fmt: skip
+    if "nproc_per_node" in layer:
+        raise SpecError(Issue(
+            label, f"both --gpus and {layer['nproc_per_node'].origin} set the processes per node",
+            "Give only one of them",
+        ))  # fmt: skip
+    layer["device"] = Provided("cuda", label)
+    layer["nproc_per_node"] = Provided(count, label)
+
+
+def fail(exc: SpecError, code: int = 2) -> NoReturn:
+    for issue in exc.issues:
+        print(issue.message(), file=sys.stderr)
+    raise typer.Exit(code)
+
+
+# ----------------------------------------------------------------------------------------------
+# Plan, check, launch
+# ----------------------------------------------------------------------------------------------
+
+
+def _plan_and_go(resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, all_ranks: bool = False) -> None:
+    spec = resolved.spec
+    try:
+        plan = planner.build_plan(spec, now=datetime.now(), free_port=find_free_port())
+    except SpecError as exc:
+        fail(exc)
+
+    visible_gpus = visible_gpu_count() if spec.device == "cuda" else 0
+    if dry_run:
+        if spec.device == "cuda" and visible_gpus < spec.nproc_per_node:
+            print(
+                f"warning: planning {spec.nproc_per_node} GPU process(es) per node, but "
+                f"{visible_gpus} CUDA device(s) are visible here (fine for a dry run)",
+                file=sys.stderr,
+            )
+        print(planner.format_json(plan) if json_output else planner.format_text(plan, resolved))
+        raise typer.Exit(0)
+
+    issues = planner.launch_issues(spec, platform=sys.platform, visible_gpus=visible_gpus)
+    if issues:
+        fail(SpecError(issues))
+    node_rank = spec.node_rank if spec.node_rank is not None else 0
+    hosts_store = _preflight(spec, plan, visible_gpus)
+    if spec.rendezvous.backend == "c10d" and spec.nnodes > 1 and plan.rendezvous_address:
+        local_addr = local_address_towards(*split_host_port(plan.rendezvous_address))
+        plan = with_c10d_node_facts(plan, node_rank, hosts_store=hosts_store, local_addr=local_addr)
+
+    record = {
+        "spec": spec.to_plain(),
+        "sources": {name: source.value for name, _, source in resolved.explain()},
+        "cluster_file": resolved.cluster_file,
+        "launcher": plan.launcher,
+        "node_rank": spec.node_rank,  # None for a c10d node: torchrun assigns it
+        "derived": dict(plan.derived),
+        "argv": list(plan.node(node_rank).argv),
+        "env": mask_env(plan.node(node_rank).env),
+    }
+    write_launch_record(plan.run_dir, record)
+    where = f"node {spec.node_rank}" if spec.node_rank is not None else "this node"
+    print(f"islab-train: starting {plan.launcher} on {where}; run directory: {plan.run_dir}", file=sys.stderr)
+    if spec.total_env_steps is not None and plan.budget is not None:
+        print(f"islab-train: {plan.budget.describe(resuming=spec.resume is not None)}", file=sys.stderr)
+    first_rank = node_rank * spec.nproc_per_node
+    hosts_rank0 = node_rank == 0
+    console = ConsoleOptions(
+        all_ranks=all_ranks,
+        progress=hosts_rank0,
+        live=hosts_rank0 and sys.stdout.isatty(),
+        note=f"{spec.lib} · {spec.task} · {spec.nnodes * spec.nproc_per_node} rank(s) on {spec.device}",
+        argv=tuple(ARGV),
+    )
+    if not hosts_rank0:
+        print(
+            f"islab-train: node {node_rank} runs ranks {first_rank}-{first_rank + spec.nproc_per_node - 1}; "
+            "progress is shown on node 0 (rank 0). Logs: "
+            f"{rank_log(plan.run_dir, 0).parent}/rank_<R>.log",
+            file=sys.stderr,
+        )
+    raise typer.Exit(run_plan(plan, node_rank, console=console))
+
+
+def _preflight(spec: RunSpec, plan: LaunchPlan, visible_gpus: int) -> bool:
+    """The cheap doctor checks before a real launch: errors stop it (exit 2), warnings print.
+    Returns whether this node owns the c10d endpoint's address (it must host the store)."""
+    facts = doctor.gather_facts(spec, plan, full=False, visible_gpus=visible_gpus)
+    errors, warnings = doctor.launch_messages(doctor.run_checks(facts, before_launch=True))
+    for line in warnings + errors:
+        print(line, file=sys.stderr)
+    if errors:
+        print(f"islab-train: nothing was started; '{PROG} doctor' with the same options checks more.", file=sys.stderr)
+        raise typer.Exit(2)
+    rdzv = facts.rendezvous
+    return bool(rdzv and rdzv.kind == "c10d endpoint" and rdzv.listens)

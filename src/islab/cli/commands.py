@@ -1,0 +1,233 @@
+"""The subcommands: ``doctor`` (pre-flight checks), ``sbatch`` (a SLURM batch script), ``tasks``.
+
+``doctor`` and ``sbatch`` take the training command's spec options (the option table of
+:mod:`islab.cli.options`), so option names, help, environment variables and validation stay one
+definition; their own options are declared here.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from islab.cli.app import PROG, fail, resolve, source_of
+from islab.cli.options import OPTIONS, keyword, signature
+from islab.launcher import doctor, slurm
+from islab.launcher import plan as planner
+from islab.launcher.issues import SpecError
+from islab.launcher.probes import find_free_port
+
+SUBCOMMANDS = ("doctor", "sbatch", "tasks")
+PANEL_DOCTOR = "Doctor"
+PANEL_SBATCH = "Batch script"
+
+commands = typer.Typer(
+    name=PROG,
+    add_completion=False,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    pretty_exceptions_enable=False,
+    no_args_is_help=True,
+)
+
+
+JSON_OPTION = keyword(
+    "json_output",
+    Annotated[
+        bool, typer.Option("--json", help="Print JSON (for CI) instead of a table.", rich_help_panel=PANEL_DOCTOR)
+    ],
+    False,
+)
+
+DOCTOR_EPILOG = """\
+[bold]Examples[/bold]
+
+  [dim]# this workstation, before a 2-GPU run[/dim]
+  islab-train doctor --gpus 2
+
+  [dim]# each node of a cluster, same file; node 1 also checks that node 0's port answers[/dim]
+  islab-train doctor --cluster configs/cluster/two-node-static.yaml --node-rank 1
+
+  [dim]# CI: machine-readable; exit 0 only when nothing failed[/dim]
+  islab-train doctor --device cpu --nproc 2 --json
+
+Exit codes: 0 no check failed (warnings allowed), 1 a check failed, 2 the options are wrong.
+islab-train runs the cheap checks (interfaces, address, port, disk) before every real launch.
+"""
+
+
+def doctor_command(ctx: typer.Context, **options: Any) -> None:
+    spec = resolve(ctx, options).spec
+    try:
+        plan = planner.build_plan(spec, now=datetime.now(), free_port=find_free_port())
+    except SpecError as exc:
+        fail(exc)
+    facts = doctor.gather_facts(spec, plan, full=True)
+    checks = doctor.run_checks(facts)
+    if options["json_output"]:
+        print(doctor.to_json(checks, facts))
+    else:
+        from rich.console import Console
+
+        doctor.render_table(checks, facts, Console(highlight=False, width=None if sys.stdout.isatty() else 140))
+    raise typer.Exit(0 if doctor.all_passed(checks) else 1)
+
+
+doctor_command.__signature__ = signature(train=False, own=(JSON_OPTION,))  # type: ignore[attr-defined]
+commands.command(
+    "doctor",
+    epilog=DOCTOR_EPILOG,
+    help="Check this node before launching: GPUs vs processes, NCCL/gloo, the rendezvous address "
+    "and port, NCCL_/GLOO_SOCKET_IFNAME, library versions, driver vs torch CUDA, disk, OS. "
+    "Takes the same options as a launch.",
+)(doctor_command)
+
+
+SBATCH_OPTIONS = (
+    keyword(
+        "partition",
+        Annotated[str | None, typer.Option(help="#SBATCH --partition.", rich_help_panel=PANEL_SBATCH)],
+        None,
+    ),
+    keyword(
+        "time",
+        Annotated[
+            str | None,
+            typer.Option(help="#SBATCH --time, e.g. 02:00:00.", rich_help_panel=PANEL_SBATCH),
+        ],
+        None,
+    ),
+    keyword(
+        "cpus_per_task",
+        Annotated[
+            int | None,
+            typer.Option(
+                help="#SBATCH --cpus-per-task (one task per node). Default: --nproc for CPU ranks, 4 per GPU.",
+                rich_help_panel=PANEL_SBATCH,
+            ),
+        ],
+        None,
+    ),
+    keyword(
+        "job_name",
+        Annotated[
+            str | None, typer.Option(help="#SBATCH --job-name. Default: islab-<lib>.", rich_help_panel=PANEL_SBATCH)
+        ],
+        None,
+    ),
+)
+
+SBATCH_EPILOG = """\
+[bold]Examples[/bold]
+
+  [dim]# 2 nodes x 4 GPUs, submit right away[/dim]
+  islab-train sbatch --nnodes 2 --gpus 4 --partition gpu --time 04:00:00 > job.sh && sbatch job.sh
+
+  [dim]# CPU ranks on one node[/dim]
+  islab-train sbatch --device cpu --nproc 2 --num-envs 64 --max-iterations 3 > job.sh
+
+Every node runs `islab-train --slurm ...` with the options given here; nnodes, the node rank and
+node 0's address:port come from the allocation. The job's output goes to
+<log_dir>/slurm-<job name>-<job id>.out (the log directory is created now).
+"""
+
+
+def sbatch_command(ctx: typer.Context, **options: Any) -> None:
+    def planned_allocation(chosen: Any) -> Any:
+        nnodes = chosen.get("nnodes", 1)
+        nnodes = nnodes if isinstance(nnodes, int) and not isinstance(nnodes, bool) and nnodes > 0 else 1
+        hosts = tuple(f"node{index}" for index in range(nnodes))
+        return slurm.Allocation(1, nnodes, 0, hosts, "SLURM_JOB_NODELIST", "SLURM_NNODES").layer(chosen)
+
+    spec = resolve(ctx, {**options, "slurm": None}, slurm_layer=planned_allocation).spec
+    log_dir = Path(spec.log_dir).absolute()
+    gpus_per_node = spec.nproc_per_node if spec.device == "cuda" else 0
+    cpus = options["cpus_per_task"] or (spec.nproc_per_node if spec.device == "cpu" else 4 * spec.nproc_per_node)
+    batch = slurm.BatchOptions(
+        nodes=spec.nnodes,
+        job_name=options["job_name"] or f"islab-{spec.lib}",
+        output=str(log_dir / "slurm-%x-%j.out"),
+        cpus_per_task=cpus,
+        gpus_per_node=gpus_per_node,
+        partition=options["partition"],
+        time=options["time"],
+    )
+    issues = slurm.batch_option_issues(batch)
+    if issues:
+        fail(SpecError(issues))
+    node_command = [spec.python, "-m", "islab.cli", "--slurm", *_forwarded_options(ctx, options, log_dir)]
+    log_dir.mkdir(parents=True, exist_ok=True)
+    print(slurm.sbatch_script(batch, node_command), end="", flush=True)
+    print(f"islab-train: batch script for {spec.nnodes} node(s); job output goes to {batch.output}", file=sys.stderr)
+
+
+sbatch_command.__signature__ = signature(  # type: ignore[attr-defined]
+    train=False, exclude=("slurm", "node_rank"), own=SBATCH_OPTIONS
+)
+commands.command(
+    "sbatch",
+    epilog=SBATCH_EPILOG,
+    help="Print a SLURM batch script that runs this training on --nnodes nodes (one "
+    "islab-train --slurm per node, started by srun). Usage: islab-train sbatch ... > job.sh && sbatch job.sh",
+)(sbatch_command)
+
+
+def _forwarded_options(ctx: typer.Context, options: dict[str, Any], log_dir: Path) -> list[str]:
+    """The options typed for `sbatch` that each node's `islab-train --slurm` must get too
+    (ISLAB_* variables reach the nodes through sbatch's default --export=ALL)."""
+    args: list[str] = []
+    # spec fields first, then --gpus and --cluster (which stand for several fields)
+    for option in sorted(OPTIONS, key=lambda option: option.field is None):
+        value = options.get(option.name)
+        typed = value is not None and source_of(ctx, option.name) == "COMMANDLINE"
+        if option.name == "nnodes" or option.train_only or not typed:
+            continue
+        if option.name == "log_dir":
+            value = str(log_dir)
+        elif option.name == "cluster":
+            value = str(Path(value).absolute())
+        args += [option.flag, value.value if isinstance(value, Enum) else str(value)]
+    return args + list(options.get("overrides") or ())
+
+
+@commands.command("tasks", help="List the registered tasks, their sizes, and which libraries have agent configs.")
+def tasks_command(
+    json_output: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    from islab.tasks import TASKS, agent_config_path, libraries_with_agent_config
+
+    rows = [
+        {
+            "task": info.task_id,
+            "observation_size": info.observation_size,
+            "action_size": info.action_size,
+            "default_num_envs": info.default_num_envs,
+            "agent_configs": libraries_with_agent_config(task_id),
+        }
+        for task_id, info in TASKS.items()
+    ]
+    if json_output:
+        import json
+
+        print(json.dumps(rows, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="islab-train tasks", title_justify="left")
+    for column in ("task", "obs", "actions", "default num_envs", "agent configs (--lib)"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(
+            row["task"], str(row["observation_size"]), str(row["action_size"]), str(row["default_num_envs"]),
+            ", ".join(row["agent_configs"]) or "none",
+        )  # fmt: skip
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+    console.print(table)
+    example = next(iter(TASKS))
+    console.print(f"Agent configs live in each task's agents/ folder, e.g. {agent_config_path('rsl_rl', example)}")

@@ -1,0 +1,207 @@
+"""The option table: every option of ``islab-train`` declared once.
+
+Each :class:`Option` row gives the flag as typed, what it does, its help panel and the spec field
+it sets. From the table come the Typer parameters of the training command (and of ``doctor`` and
+``sbatch``, which take the same spec options), the ``ISLAB_*`` variable of every option (``ISLAB_``
++ the flag in upper case, ``-`` -> ``_``), the command-line and environment layers handed to
+:func:`islab.launcher.resolve.resolve_spec`, the options ``sbatch`` forwards to each node, and the
+defaults the help states -- read from the spec's schema (:class:`~islab.launcher.spec.RunSpec`)
+and the planner's constants, never written into a help string.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from islab.launcher.plan import LOCALHOST
+from islab.launcher.spec import CHOICES, DEFAULT_C10D_ID, DEFAULT_MULTINODE_MASTER_PORT, Rendezvous, RunSpec
+from islab.libs.registry import LIBRARIES, frameworks_of
+
+PANEL_TRAINING = "Training"
+PANEL_PROCESSES = "Processes on this node"
+PANEL_CLUSTER = "Cluster (several nodes)"
+PANEL_OUTPUT = "Output and launching"
+
+
+def _choice(name: str, values: tuple[str, ...]) -> type[Enum]:
+    """A str Enum of the spec's choices, as click shows them: ``[rl_games|rsl_rl|skrl]``."""
+    return Enum(name, {value: value for value in values}, type=str)  # type: ignore[return-value]
+
+
+LibChoice = _choice("LibChoice", CHOICES["lib"])
+FrameworkChoice = _choice("FrameworkChoice", CHOICES["ml_framework"])
+DeviceChoice = _choice("DeviceChoice", CHOICES["device"])
+RdzvChoice = _choice("RdzvChoice", CHOICES["rendezvous.backend"])
+
+
+def spec_default(field: str) -> Any:
+    """The schema's default of a dotted spec field (``rendezvous.id`` -> ``None``)."""
+    section, _, name = field.rpartition(".")
+    model = Rendezvous if section == "rendezvous" else RunSpec
+    return model.model_fields[name].get_default(call_default_factory=True)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option. ``field``: the dotted spec field it sets (None: not a spec field). ``default``:
+    how the help states the default, ``{}`` standing for the field's schema default."""
+
+    flag: str
+    help: str
+    panel: str
+    field: str | None = None
+    kind: Any = str
+    default: str = ""
+    metavar: str | None = None
+    param: str | None = None  # the Python name, when it is not the flag's
+    train_only: bool = False  # --dry-run, --json, --all-ranks: the training command's own
+
+    @property
+    def name(self) -> str:
+        return self.param or self.flag[2:].split("/")[0].replace("-", "_")
+
+    @property
+    def envvar(self) -> str:
+        return "ISLAB_" + self.flag[2:].split("/")[0].replace("-", "_").upper()
+
+    @property
+    def is_flag(self) -> bool:
+        return self.kind is bool
+
+    def help_text(self) -> str:
+        if not self.default:
+            return self.help
+        default = self.default.format(spec_default(self.field)) if self.field and "{}" in self.default else self.default
+        return f"{self.help} {default}"
+
+    def parameter(self) -> inspect.Parameter:
+        """The Typer parameter of this row."""
+        extra: dict[str, Any] = {}
+        if self.metavar:
+            extra["metavar"] = self.metavar
+        if self.kind is Path:
+            extra["dir_okay"] = False
+        declared: tuple[str, ...] = ()
+        if self.is_flag:
+            declared = (self.flag,)
+            if "/" in self.flag:
+                extra["show_default"] = False
+        option = typer.Option(
+            *declared, help=self.help_text(), envvar=self.envvar, rich_help_panel=self.panel, **extra
+        )
+        if self.is_flag and "/" not in self.flag:
+            return keyword(self.name, Annotated[bool, option], False)
+        return keyword(self.name, Annotated[self.kind | None, option], None)
+
+
+def keyword(name: str, annotation: Any, default: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
+
+
+def _jax_libraries() -> str:
+    return ", ".join(lib for lib in LIBRARIES if "jax" in frameworks_of(lib))
+
+
+OPTIONS: tuple[Option, ...] = (
+    # --- training ---------------------------------------------------------------------------
+    Option("--lib", "RL library.", PANEL_TRAINING, "lib", LibChoice, "Default: {}."),
+    Option("--ml-framework", f"Learner framework; jax only with --lib {_jax_libraries()}.", PANEL_TRAINING,
+           "ml_framework", FrameworkChoice, "Default: {}."),
+    Option("--task", "Task id.", PANEL_TRAINING, "task", str, "Default: {}."),
+    Option("--num-envs", "Parallel environments PER RANK (total = num_envs x world size).", PANEL_TRAINING,
+           "num_envs", int, "Default: the task's, {}."),
+    Option("--seed", "Base seed; each rank uses seed + its global rank.", PANEL_TRAINING, "seed", int,
+           "Default: {}."),
+    Option("--max-iterations", "Iterations PER RUN: every rank does this many training updates. Not rescaled "
+           "when ranks are added (more ranks = more samples per update, same number of updates); see "
+           "--total-env-steps for a fixed sample budget.", PANEL_TRAINING, "max_iterations", int, "Default: {}."),
+    Option("--total-env-steps", "Instead of --max-iterations: train until the env steps SUMMED OVER ALL RANKS "
+           "reach N, i.e. ceil(N / (world size x num_envs x rollout length)) iterations, computed by the run from "
+           "the world size it gets, so adding ranks keeps the sample budget. Not with --max-iterations.",
+           PANEL_TRAINING, "total_env_steps", int, metavar="N"),
+    # --- processes ------------------------------------------------------------------------------
+    Option("--gpus", "GPU processes per node: sets --device cuda and N ranks per node ('all' = every visible "
+           "GPU, honouring CUDA_VISIBLE_DEVICES).", PANEL_PROCESSES, metavar="N|all"),
+    Option("--device", "cuda (NCCL) or cpu (gloo).", PANEL_PROCESSES, "device", DeviceChoice, "Default: {}."),
+    Option("--nproc", "Processes per node, e.g. --device cpu --nproc 2.", PANEL_PROCESSES, "nproc_per_node", int,
+           "Default: {}."),
+    # --- cluster -----------------------------------------------------------------------------
+    Option("--cluster", "YAML cluster spec shared by all nodes (see configs/cluster/); options override it.",
+           PANEL_CLUSTER, kind=Path),
+    Option("--nnodes", "Number of nodes (machines), or MIN:MAX for elastic membership (c10d rendezvous only: "
+           "training starts once MIN nodes have joined, up to MAX).", PANEL_CLUSTER, "nnodes", str, "Default: {}.",
+           metavar="N|MIN:MAX"),
+    Option("--node-rank", "This node's index in [0, nnodes). Required to launch a multi-node run; without it "
+           "--dry-run prints every node's command.", PANEL_CLUSTER, "node_rank", int),
+    Option("--master-addr", "Static rendezvous: node 0's address.", PANEL_CLUSTER, "rendezvous.master_addr", str,
+           f"Default: {LOCALHOST} on one node."),
+    Option("--master-port", "Static rendezvous: node 0's port.", PANEL_CLUSTER, "rendezvous.master_port", int,
+           f"Default: a free port on one node, {DEFAULT_MULTINODE_MASTER_PORT} on several."),
+    Option("--rdzv-backend", "torchrun rendezvous.", PANEL_CLUSTER, "rendezvous.backend", RdzvChoice,
+           "Default: {}."),
+    Option("--rdzv-endpoint", "c10d rendezvous: host:port every node can reach.", PANEL_CLUSTER,
+           "rendezvous.endpoint"),
+    Option("--rdzv-id", "c10d rendezvous: job id shared by all nodes.", PANEL_CLUSTER, "rendezvous.id", str,
+           f"Default: {DEFAULT_C10D_ID}."),
+    Option("--rdzv-timeout", "How long node 0 waits for every node to join before failing with a clear message "
+           "(torchrun static and c10d, and skrl-JAX).", PANEL_CLUSTER, "rendezvous.timeout_s", int, "Default: {}.",
+           metavar="SECONDS"),
+    Option("--coordinator-address", "skrl-JAX only: node 0's host:port.", PANEL_CLUSTER, "coordinator_address",
+           str, f"Default: {LOCALHOST}:<free port> on one node."),
+    Option("--max-restarts", "torchrun only: restarts of the whole node group after a failure.", PANEL_CLUSTER,
+           "max_restarts", int, "Default: {}."),
+    Option("--slurm/--no-slurm", "Take nnodes, the node rank and node 0's address:port from the SLURM allocation "
+           "(SLURM_NNODES, SLURM_NODEID, first host of SLURM_JOB_NODELIST, 20000 + SLURM_JOB_ID % 20000). "
+           "On by itself under srun; options on the command line still win.", PANEL_CLUSTER, kind=bool,
+           default="[default: auto]"),
+    # --- output ------------------------------------------------------------------------------
+    Option("--run-name", "Suffix of the run directory; letters, digits, . _ - only.", PANEL_OUTPUT, "run_name"),
+    Option("--log-dir", "Root of run directories: <log_dir>/<lib>/<task>/<time>[_<run_name>].", PANEL_OUTPUT,
+           "log_dir", str, "Default: {}."),
+    Option("--resume", "Continue a run: its run directory (training goes on there) or a checkpoint file (a new "
+           "run directory). --max-iterations M more iterations (or --total-env-steps N more env steps) are "
+           "trained. Only node 0 reads it.", PANEL_OUTPUT, "resume", metavar="PATH"),
+    Option("--checkpoint-interval", "Iterations between checkpoints (atomic; the last iteration is always saved; "
+           "0: only at the end). An elastic restart (--max-restarts) resumes from the latest.", PANEL_OUTPUT,
+           "checkpoint_interval", int, "Default: {}.", metavar="N"),
+    Option("--python", "Interpreter for the launcher and the ranks, e.g. ${ISAACSIM_PYTHON_EXE}.", PANEL_OUTPUT,
+           "python", str, "[default: this interpreter]"),
+    Option("--dry-run", "Print the commands (with where each value came from) and exit.", PANEL_OUTPUT, kind=bool,
+           train_only=True),
+    Option("--json", "With --dry-run: print the plan as JSON.", PANEL_OUTPUT, kind=bool, param="json_output",
+           train_only=True),
+    Option("--all-ranks", "Show every rank's output on the console, prefixed [rank R]. By default only rank 0's "
+           "warnings/errors and the progress display are shown; every rank's full output is always in "
+           "<run_dir>/logs/rank_<R>.log.", PANEL_OUTPUT, kind=bool, train_only=True),
+)  # fmt: skip
+BY_NAME = {option.name: option for option in OPTIONS}
+
+# The trailing KEY=VALUE items: agent-config overrides (the spec field ``overrides``).
+OVERRIDES = inspect.Parameter(
+    "overrides",
+    inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    annotation=Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[KEY=VALUE]...",
+            help="Agent-config overrides, e.g. algorithm.learning_rate=3e-4 (dotted keys into "
+            "the task's agent config for --lib: <task>/agents/<lib>_ppo_cfg.yaml, see islab-train tasks).",
+            show_default=False,
+        ),
+    ],
+    default=None,
+)
+CONTEXT = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
+
+
+def signature(*, train: bool, exclude: tuple[str, ...] = (), own: tuple[inspect.Parameter, ...] = ()) -> Any:
+    """A ``(ctx, [overrides], **options)`` signature for a command: the table's options (the
+    training command's own too when ``train``), minus ``exclude``, plus ``own``."""
+    rows = [option.parameter() for option in OPTIONS if (train or not option.train_only) and option.name not in exclude]
+    return inspect.Signature([CONTEXT, OVERRIDES, *rows, *own])

@@ -1,0 +1,89 @@
+"""Run one node's launch plan and stand guard over it.
+
+:func:`run_plan` picks the node runner for the plan's launcher -- :class:`~islab.launcher.torchrun.TorchrunNode`
+(torchrun starts the ranks) or :class:`~islab.launcher.skrl_jax.SkrlJaxNode` (islab-train starts
+the skrl-JAX ranks itself, since skrl's launcher hides failures) -- and runs its children through
+the one poll loop of :mod:`islab.launcher.processes`:
+
+* **Exit codes tell the truth.** The launcher's exit code is passed through (death by signal N
+  becomes 128 + N); islab-train stopped by SIGINT/SIGTERM exits 128 + signal (130, 143).
+* **Failures are named.** One ``error:`` line with the node, the rank, its exception (torch's
+  error files, see :mod:`islab.launcher.torchrun`) or the signal that killed it, and its log.
+* **Rendezvous failures are named too.** Nodes that do not all arrive within
+  ``rendezvous.timeout_s`` end the run with one message naming the timeout and the address.
+* **The console is ours.** By default only rank 0's stderr passes (``--all-ranks``: everything,
+  prefixed ``[rank R]``), the ranks' full output being in their log files. On the node that hosts
+  rank 0 a :class:`~islab.launcher.console.RunView` draws the progress and, after a successful
+  run, the summary table and ``curves.png``.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import IO
+
+from islab.launcher.console import ConsolePolicy, RunView, finish, resume_command
+from islab.launcher.plan import LaunchPlan
+from islab.launcher.processes import watch
+from islab.launcher.skrl_jax import SkrlJaxNode
+from islab.launcher.torchrun import TorchrunNode
+
+# SIGKILL what is left this long after a forwarded SIGINT/SIGTERM, so that nothing of the job
+# is alive 10 s after the signal even when a process ignores SIGTERM.
+DEFAULT_GRACE_S = 5.0
+# The plan names its launcher once (islab.launcher.plan, from the library registry).
+NODE_RUNNERS = {"torchrun": TorchrunNode, "skrl-jax": SkrlJaxNode}
+
+
+@dataclass(frozen=True)
+class ConsoleOptions:
+    """How a run looks on the console (see :mod:`islab.launcher.console`).
+
+    The defaults (everything shown, no progress display) suit tests and embedding; the command
+    line asks for ``all_ranks=False`` and a progress display on the node that hosts rank 0."""
+
+    all_ranks: bool = True
+    progress: bool = False  # read progress.jsonl: live display or plain lines, summary at the end
+    live: bool = False  # Rich live display (a terminal) instead of plain lines
+    interval_s: float = 10.0  # plain lines: at most one per interval
+    note: str = ""  # shown in the live display's title
+    argv: tuple[str, ...] | None = None  # islab-train's own arguments, for the resume hint
+
+
+def run_plan(
+    plan: LaunchPlan,
+    node_rank: int,
+    *,
+    grace_s: float = DEFAULT_GRACE_S,
+    stdout: IO[str] | None = None,
+    stderr: IO[str] | None = None,
+    console: ConsoleOptions | None = None,
+) -> int:
+    """Run ``node_rank``'s part of ``plan`` to the end; return the exit status for islab-train."""
+    node = plan.node(node_rank)
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    options = console or ConsoleOptions()
+    view = RunView(
+        plan.run_dir, out, live=options.live, progress=options.progress, note=options.note,
+        interval_s=options.interval_s,
+    )  # fmt: skip
+    runner = NODE_RUNNERS[plan.launcher](plan, node)
+    try:
+        outcome = watch(
+            runner.children(), grace_s=grace_s, out=out, err=err, view=view,
+            policy=ConsolePolicy(all_ranks=options.all_ranks), fail_fast=runner.fail_fast,
+            on_line=runner.observe, overdue=runner.overdue,
+        )  # fmt: skip
+        if outcome.received is not None:
+            err.write(f"islab-train: stopped by signal {outcome.received}; run directory: {plan.run_dir}\n")
+            return 128 + outcome.received
+        status = runner.explain(outcome, err, all_ranks=options.all_ranks)
+    finally:
+        view.close()
+        runner.close()
+    if status == 0 and options.progress:
+        resume = resume_command(options.argv, plan.run_dir) if options.argv is not None else None
+        finish(plan.run_dir, out, tty=options.live, resume=resume, records=view.records)
+    return status
