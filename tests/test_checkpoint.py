@@ -1,4 +1,4 @@
-"""islab.checkpoint on its own: RNG capture/restore, the compatibility check, rank 0 reading for
+"""islab.worker.checkpoint on its own: RNG capture/restore, the compatibility check, rank 0 reading for
 everyone (non-zero ranks never touch the path), atomic latest.pt, history pruning, byte
 collectives over a real two-rank gloo group."""
 
@@ -13,22 +13,21 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from islab.launcher.probes import find_free_port
 
-from islab.checkpoint import (
+from islab.launcher.probes import find_free_port
+from islab.rundir import resume_source as resolve_resume_path
+from islab.worker.checkpoint import (
     FORMAT,
     Checkpointer,
     CheckpointError,
-    SingleProcess,
-    TorchCollective,
     capture_rng,
     check_compatible,
     identity,
     load_checkpoint_for_rank,
-    resolve_resume_path,
     restore_rng,
     to_bytes,
 )
+from islab.worker.collectives import SingleProcess, TorchCollective
 from islab.worker.context import RankContext
 
 TASK = "Islab-Cartpole-v0"

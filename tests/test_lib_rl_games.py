@@ -10,10 +10,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from adapters import TASK, build_adapter
-from islab.launcher.probes import find_free_port
 from rl_games.algos_torch.running_mean_std import RunningMeanStd
 
 from islab.envs import make_env
+from islab.launcher.probes import find_free_port
 from islab.libs import load_adapter
 from islab.libs.rl_games import (
     GlobalRunningMeanStd,

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 import torch
 from adapters import TASK, build_adapter
-from islab.launcher.probes import find_free_port
 
 from islab.agent_config import load_agent_config
+from islab.launcher.probes import find_free_port
 from islab.libs._skrl_common import pooled_moments, runner_config
 from islab.libs.base import state_digest
 

@@ -22,10 +22,11 @@ import numpy as np
 import pytest
 import torch
 from adapters import TASK, build_adapter
-from islab.launcher.probes import find_free_port
 
-from islab.checkpoint import Checkpointer, SingleProcess, identity, load_checkpoint_for_rank, restore
+from islab.launcher.probes import find_free_port
 from islab.libs.base import LibraryAdapter, state_digest
+from islab.worker.checkpoint import Checkpointer, identity, load_checkpoint_for_rank, restore
+from islab.worker.collectives import SingleProcess
 
 N, M = 2, 2
 

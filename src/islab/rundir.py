@@ -203,7 +203,3 @@ def read_progress(path: str | Path) -> list[dict[str, Any]]:
     path = Path(path)
     return ProgressReader(progress_path(path) if path.is_dir() else path).drain()
 
-
-def last_iteration(run_dir: str | Path) -> int | None:
-    """The highest iteration in the run's ``progress.jsonl``, to count work an elastic restart lost."""
-    return max((record["iteration"] for record in read_progress(progress_path(run_dir))), default=None)

@@ -4,32 +4,45 @@ The worker does not know which library trains; it builds an adapter and calls ``
 adapter translates our environment into the library's env interface, the agent config into the
 library's objects, and reports what happened in a ``TrainResult``.
 
-For checkpoints and resume (the format lives in ``islab.checkpoint``) an adapter also provides
+For checkpoints and resume (the format lives in ``islab.worker.checkpoint``) an adapter also provides
 ``library_state()`` / ``load_library_state()`` (everything the library needs to continue:
 model, optimizer, normalizers, its own counters and learning-rate state, as tensors and
 primitives) and keeps ``iteration``, the number of training iterations completed, which
 ``train(n)`` continues from: after a resume at N, ``train(M)`` runs iterations N+1 .. N+M.
+
+The dependency points one way: the worker imports the libraries, not the other way round. What
+the worker adds after every iteration (the islab checkpoint, test fault injection) is handed to
+the adapter as hooks (``checkpointer``, ``iteration_hooks``); the rank's ``RankContext`` is only
+a type here.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from islab.envs.base import DirectRLEnv
-from islab.worker.context import RankContext
-from islab.worker.faults import maybe_inject_fault
+from islab.rundir import ProgressWriter
 
 if TYPE_CHECKING:
-    from islab.checkpoint import Checkpointer
+    from islab.worker.context import RankContext
+
+IterationHook = Callable[["LibraryAdapter", int, int], None]  # (adapter, iteration, max_iterations)
+
+
+class IterationCheckpointer(Protocol):
+    """What the adapter calls after each iteration to write a checkpoint when one is due
+    (``islab.worker.checkpoint.Checkpointer``)."""
+
+    def on_iteration(self, adapter: LibraryAdapter, iteration: int, final_iteration: int) -> None: ...
 
 
 @dataclass
@@ -57,7 +70,9 @@ class LibraryAdapter(ABC):
         self._progress_start = time.perf_counter()
         self._last_report: tuple[float, int] | None = None
         self.iteration = 0  # training iterations completed; restored on resume
-        self.checkpointer: Checkpointer | None = None  # set by the worker; writes islab checkpoints
+        self.checkpointer: IterationCheckpointer | None = None  # set by the worker; writes islab checkpoints
+        self.iteration_hooks: list[IterationHook] = []  # set by the worker; run after the checkpointer
+        self._progress = ProgressWriter(self.run_dir)
 
     def report_iteration(self, iteration: int, max_iterations: int, env_steps: int, mean_return: float | None) -> None:
         """Call on every rank after each training iteration (1-based; ``env_steps``: all ranks,
@@ -65,8 +80,9 @@ class LibraryAdapter(ABC):
         ``iteration`` and ``max_iterations`` count from the start of the run, across resumes.
 
         Then the checkpointer (if any) writes a checkpoint when one is due: every rank is here
-        after the same iteration, so its collective RNG gather cannot deadlock. Fault injection
-        comes last, so a rank that "crashes" after iteration K has already checkpointed K."""
+        after the same iteration, so its collective RNG gather cannot deadlock. The worker's
+        hooks (fault injection) come last, so a rank that "crashes" after iteration K has already
+        checkpointed K."""
         now = time.perf_counter()
         if self.ctx.is_main:
             last_time, last_steps = self._last_report or (self._progress_start, 0)
@@ -78,13 +94,13 @@ class LibraryAdapter(ABC):
                 "mean_return": None if mean_return is None else float(mean_return),
                 "time_s": now - self._progress_start,
             }
-            with open(self.run_dir / "progress.jsonl", "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(record) + "\n")
+            self._progress.append(record)
         self._last_report = (now, env_steps)
         self.iteration = iteration
         if self.checkpointer is not None:
             self.checkpointer.on_iteration(self, iteration, max_iterations)
-        maybe_inject_fault(self.ctx.rank, self.run_dir, iteration)
+        for hook in self.iteration_hooks:
+            hook(self, iteration, max_iterations)
 
     @abstractmethod
     def train(self, max_iterations: int) -> TrainResult: ...

@@ -9,7 +9,8 @@ row here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -105,3 +106,13 @@ def env_fixes(lib: str, ml_framework: str, device: str) -> dict[str, str]:
         if device == "cpu":
             env.update(JAX_CPU_ENV)
     return env
+
+
+def apply_env_fixes(
+    lib: str, ml_framework: str = "torch", device: str = "cuda", environ: MutableMapping[str, str] | None = None
+) -> None:
+    """On a rank: set :func:`env_fixes` where the environment has no value yet (a rank started by
+    hand, or an adapter module imported before the worker ran)."""
+    target = os.environ if environ is None else environ
+    for name, value in env_fixes(lib, ml_framework, device).items():
+        target.setdefault(name, value)

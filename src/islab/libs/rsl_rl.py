@@ -41,8 +41,10 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")  # before rsl_rl imports GitPython
+from islab.libs.registry import env_fixes
 
+# GIT_PYTHON_REFRESH=quiet before rsl_rl imports GitPython (the registry's row; the user's value wins)
+os.environ.update({name: os.environ.get(name, value) for name, value in env_fixes("rsl_rl", "torch", "").items()})
 import copy
 import time
 from collections import deque

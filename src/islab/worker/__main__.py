@@ -10,17 +10,14 @@ top to bottom, is the whole story of a rank:
     env             ONE batched environment of num_envs on this rank's device, seeded per rank
     adapter         ONE policy, trained by the chosen library; gradients averaged across ranks
     resume          with --resume, or after an elastic restart: the checkpoint rank 0 reads and
-                    broadcasts (islab.checkpoint), loaded into the adapter before training
+                    broadcasts (islab.worker.resume, .checkpoint, .collectives), loaded into the
+                    adapter before training
     results         policy digest per rank (to prove every rank holds the same policy), summary
 
-Iterations count from the start of a run, across resumes. ``--resume PATH --max-iterations M``
-continues a checkpoint at iteration N for M more iterations (to N+M). ``--total-env-steps T``
+Iterations count from the start of a run, across resumes (islab.worker.resume). ``--total-env-steps T``
 replaces ``--max-iterations`` with ``ceil(T / (world size × num_envs × rollout length))``
 iterations, computed here from the world size this job actually got (islab.budget); with
-``--resume`` that is T more env steps. An elastic restart
-(torchrun ``--max_restarts``; ``TORCHELASTIC_RESTART_COUNT`` > 0) resumes from this run's own
-``checkpoints/latest.pt`` when one exists and trains only up to the iteration the job was asked to
-reach, which the checkpoint records (``spec.target_iteration``). Isaac Lab restarts from scratch.
+``--resume`` that is T more env steps.
 
 ``@record`` makes an exception's traceback reach torchrun's failure summary instead of being lost.
 This file uses absolute imports only, because skrl's JAX launcher runs it as a script.
@@ -34,14 +31,13 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from islab import rundir
 from islab.agent_config import AgentConfigError, load_agent_config
 from islab.budget import Budget
-from islab.libs.registry import LIBRARIES, ML_FRAMEWORKS, env_fixes, launcher_of
+from islab.libs.registry import LIBRARIES, ML_FRAMEWORKS, apply_env_fixes, launcher_of
 from islab.tasks import TASKS
 from islab.worker.faults import maybe_inject_fault
 
@@ -133,45 +129,6 @@ def tee_output(log_path: Path) -> None:
     faulthandler.enable(file=log, all_threads=True)
 
 
-@dataclass
-class ResumePoint:
-    """Where training starts: a checkpoint (or none) and the iteration the job must reach."""
-
-    checkpoint: dict[str, Any] | None
-    source: str | None  # the checkpoint file, as rank 0 resolved it
-    target_iteration: int
-    reason: str  # "new", "resume" or "elastic restart <K>"
-
-
-def same_job(checkpoint: dict[str, Any], job_id: str | None) -> bool:
-    """Was ``checkpoint`` written by this torchrun job (not an earlier job resumed in place)?
-    torchrun's run id tells, when it is set (c10d rendezvous, --standalone); "none" tells nothing."""
-    theirs = checkpoint.get("spec", {}).get("job_id")
-    return theirs in (None, "none") or job_id in (None, "none") or theirs == job_id
-
-
-def find_resume_point(
-    args: argparse.Namespace, collective: Any, run_identity: dict[str, Any], environ: dict[str, str]
-) -> ResumePoint:
-    """Collective: every rank calls it; only rank 0 opens files."""
-    from islab.checkpoint import check_compatible, latest_path, load_checkpoint_for_rank
-
-    restart = int(environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
-    if restart > 0:
-        checkpoint, source = load_checkpoint_for_rank(collective, latest_path(args.run_dir), missing_ok=True)
-        if checkpoint is not None:
-            check_compatible(checkpoint, run_identity, source)
-        if checkpoint is not None and same_job(checkpoint, environ.get("TORCHELASTIC_RUN_ID")):
-            target = int(checkpoint["spec"]["target_iteration"])
-            return ResumePoint(checkpoint, source, target, f"elastic restart {restart}")
-    if args.resume is not None:
-        checkpoint, source = load_checkpoint_for_rank(collective, args.resume)
-        assert checkpoint is not None  # missing_ok=False raised instead
-        check_compatible(checkpoint, run_identity, source)
-        return ResumePoint(checkpoint, source, int(checkpoint["iteration"]) + args.max_iterations, "resume")
-    return ResumePoint(None, None, args.max_iterations, "new")
-
-
 def budget_for(args: argparse.Namespace, agent_cfg: dict[str, Any], world_size: int) -> Budget:
     """``--total-env-steps`` as iterations: divided by what one iteration of ``world_size`` ranks
     collects -- the world size this job actually got, which an elastic job only knows now."""
@@ -182,15 +139,16 @@ def budget_for(args: argparse.Namespace, agent_cfg: dict[str, Any], world_size: 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     # The launcher already set them; a rank started by hand gets them here (the user's value wins).
-    for name, value in env_fixes(args.lib, args.ml_framework, args.device).items():
-        os.environ.setdefault(name, value)
+    apply_env_fixes(args.lib, args.ml_framework, args.device)
 
     # torch is imported only now: argument errors above stay instant.
-    from islab.checkpoint import DEFAULT_INTERVAL, Checkpointer, collective_for, identity, restore
     from islab.envs import make_env
     from islab.libs import load_adapter
     from islab.libs.base import TrainResult, state_digest
+    from islab.worker.checkpoint import DEFAULT_INTERVAL, Checkpointer, identity, restore
+    from islab.worker.collectives import collective_for
     from islab.worker.context import RankContext, configure_process, init_process_group
+    from islab.worker.resume import find_resume_point, last_reported_iteration
 
     ctx = RankContext.from_environ(args.device, args.seed)
     run_dir: Path = args.run_dir
@@ -246,7 +204,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "policy_sha256_loaded": digest,
         }
         if ctx.is_main and point.reason.startswith("elastic"):
-            reported = rundir.last_iteration(run_dir)
+            reported = last_reported_iteration(rundir.progress_path(run_dir))
             resumed["lost_iterations"] = None if reported is None else max(0, reported - start_iteration)
         lost = resumed.get("lost_iterations")
         print(
@@ -257,6 +215,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
     interval = DEFAULT_INTERVAL if args.checkpoint_interval is None else args.checkpoint_interval
     adapter.checkpointer = Checkpointer(collective, run_dir, run_identity, spec, interval=interval)
+    adapter.iteration_hooks.append(lambda _, iteration, __: maybe_inject_fault(ctx.rank, run_dir, iteration))
 
     remaining = point.target_iteration - adapter.iteration
     started = time.perf_counter()
@@ -309,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from torch.distributed.elastic.multiprocessing.errors import record
 
-    from islab.checkpoint import CheckpointError
+    from islab.worker.checkpoint import CheckpointError
 
     try:
         record(run)(args)

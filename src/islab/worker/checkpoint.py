@@ -39,8 +39,7 @@ writing leaves the previous ``latest.pt`` intact, never a truncated one.
 Reading without a shared filesystem
 -----------------------------------
 Only rank 0 opens the file (``load_checkpoint_for_rank``): it reads the bytes and broadcasts them
-over the job's collective (a uint8 tensor over the torch process group; for skrl-JAX ranks, which
-have no torch group, ``jax.experimental.multihost_utils.broadcast_one_to_all``). Every rank then
+over the job's collective (:mod:`islab.worker.collectives`). Every rank then
 ``torch.load``s the same bytes with ``weights_only=True``. A failure on rank 0 (missing file,
 unreadable file) is broadcast too, so every rank stops with the same message instead of hanging.
 """
@@ -52,144 +51,26 @@ import os
 import random
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
+from islab import rundir
 from islab.libs.base import atomic_torch_save, state_digest
+from islab.worker.collectives import Collective
 
 if TYPE_CHECKING:
     from islab.libs.base import LibraryAdapter
-    from islab.worker.context import RankContext
 
 FORMAT = "islab-checkpoint/1"
-DIRECTORY = "checkpoints"
-LATEST = "latest.pt"
+LATEST = rundir.LATEST_CHECKPOINT
 DEFAULT_INTERVAL = 10  # iterations between checkpoints; the last iteration is always checkpointed
 DEFAULT_KEEP = 3  # iter_<N>.pt files kept beside latest.pt
 
 
 class CheckpointError(Exception):
     """A checkpoint cannot be used for this run; the message says why and what to do."""
-
-
-# -- paths ------------------------------------------------------------------------------------
-
-
-def checkpoint_dir(run_dir: Path) -> Path:
-    return Path(run_dir) / DIRECTORY
-
-
-def latest_path(run_dir: Path) -> Path:
-    return checkpoint_dir(run_dir) / LATEST
-
-
-def resolve_resume_path(path: Path) -> Path:
-    """``--resume`` takes a run directory (its ``checkpoints/latest.pt``) or a checkpoint file."""
-    path = Path(path)
-    return latest_path(path) if path.is_dir() else path
-
-
-# -- collectives: moving bytes between ranks ---------------------------------------------------
-
-
-class Collective(Protocol):
-    """The two byte-moving operations checkpoints need; every rank must call them together."""
-
-    rank: int
-    world_size: int
-
-    def broadcast_bytes(self, data: bytes | None) -> bytes:
-        """Rank 0 passes ``data``; every rank returns rank 0's bytes."""
-        ...
-
-    def gather_bytes(self, data: bytes) -> list[bytes] | None:
-        """Every rank passes its bytes; rank 0 returns them in rank order, others ``None``."""
-        ...
-
-
-class SingleProcess:
-    rank, world_size = 0, 1
-
-    def broadcast_bytes(self, data: bytes | None) -> bytes:
-        assert data is not None
-        return data
-
-    def gather_bytes(self, data: bytes) -> list[bytes] | None:
-        return [data]
-
-
-class TorchCollective:
-    """Over the worker's torch process group (gloo on CPU; NCCL needs the tensors on the GPU)."""
-
-    def __init__(self, ctx: RankContext) -> None:
-        self.rank, self.world_size = ctx.rank, ctx.world_size
-        self.device = torch.device(ctx.device if ctx.backend == "nccl" else "cpu")
-
-    def broadcast_bytes(self, data: bytes | None) -> bytes:
-        import torch.distributed as dist
-
-        size = torch.tensor([len(data) if self.rank == 0 else 0], dtype=torch.int64, device=self.device)
-        dist.broadcast(size, src=0)
-        if self.rank == 0:
-            buffer = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(self.device)
-        else:
-            buffer = torch.empty(int(size.item()), dtype=torch.uint8, device=self.device)
-        dist.broadcast(buffer, src=0)
-        return data if self.rank == 0 else buffer.cpu().numpy().tobytes()
-
-    def gather_bytes(self, data: bytes) -> list[bytes] | None:
-        import torch.distributed as dist
-
-        # all_gather rather than gather: NCCL and gloo both have it, and the payload is a few KiB.
-        size = torch.tensor([len(data)], dtype=torch.int64, device=self.device)
-        sizes = [torch.empty_like(size) for _ in range(self.world_size)]
-        dist.all_gather(sizes, size)
-        longest = max(int(s.item()) for s in sizes)
-        padded = torch.zeros(longest, dtype=torch.uint8, device=self.device)
-        padded[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        rows = [torch.empty_like(padded) for _ in range(self.world_size)]
-        dist.all_gather(rows, padded)
-        if self.rank != 0:
-            return None
-        return [row[: int(s.item())].cpu().numpy().tobytes() for row, s in zip(rows, sizes, strict=True)]
-
-
-class JaxCollective:
-    """For skrl-JAX ranks (joined by ``jax.distributed``, no torch process group)."""
-
-    def __init__(self, ctx: RankContext) -> None:
-        self.rank, self.world_size = ctx.rank, ctx.world_size
-
-    def broadcast_bytes(self, data: bytes | None) -> bytes:
-        from jax.experimental import multihost_utils
-
-        # broadcast_one_to_all needs the same shape everywhere: the length first, then the bytes.
-        size = np.array([len(data) if self.rank == 0 else 0], dtype=np.int64)
-        size = int(np.asarray(multihost_utils.broadcast_one_to_all(size))[0])
-        buffer = np.frombuffer(data, dtype=np.uint8) if self.rank == 0 else np.zeros(size, dtype=np.uint8)
-        received = np.asarray(multihost_utils.broadcast_one_to_all(buffer))
-        return data if self.rank == 0 else received.astype(np.uint8).tobytes()
-
-    def gather_bytes(self, data: bytes) -> list[bytes] | None:
-        from jax.experimental import multihost_utils
-
-        sizes = np.asarray(multihost_utils.process_allgather(np.array([len(data)], dtype=np.int64))).reshape(-1)
-        padded = np.zeros(int(sizes.max()), dtype=np.uint8)
-        padded[: len(data)] = np.frombuffer(data, dtype=np.uint8)
-        rows = np.asarray(multihost_utils.process_allgather(padded)).reshape(self.world_size, -1)
-        if self.rank != 0:
-            return None
-        return [rows[r, : int(sizes[r])].astype(np.uint8).tobytes() for r in range(self.world_size)]
-
-
-def collective_for(ctx: RankContext) -> Collective:
-    if not ctx.distributed:
-        return SingleProcess()
-    if ctx.launcher == "skrl-jax":
-        return JaxCollective(ctx)
-    return TorchCollective(ctx)
 
 
 # -- (de)serialization -------------------------------------------------------------------------
@@ -320,7 +201,7 @@ def load_checkpoint_for_rank(
     bytes; ranks != 0 never touch ``path``. Returns (checkpoint or None when ``missing_ok`` and
     there is none, the resolved path as text, for messages). Collective: every rank calls it."""
     if collective.rank == 0:
-        resolved = resolve_resume_path(Path(path)) if path is not None else None
+        resolved = rundir.resume_source(path) if path is not None else None
         try:
             if resolved is None or not resolved.is_file():
                 if not missing_ok:
@@ -364,7 +245,7 @@ class Checkpointer:
         keep: int = DEFAULT_KEEP,
     ) -> None:
         self.collective = collective
-        self.directory = checkpoint_dir(run_dir)
+        self.directory = rundir.checkpoint_dir(run_dir)
         self.identity = dict(run_identity)
         self.spec = dict(spec)
         self.interval = interval
