@@ -79,13 +79,15 @@ Exit codes: 0 ok / dry run, 2 bad spec (nothing started), else the training's st
 (signal N -> 128+N; Ctrl-C -> 130). Reference: docs/CLI.md.
 """
 
-app = typer.Typer(
-    name=PROG,
-    add_completion=True,
-    rich_markup_mode="rich",
-    context_settings={"help_option_names": ["-h", "--help"]},
-    pretty_exceptions_enable=False,
-)
+def typer_app(**settings: Any) -> typer.Typer:
+    """A Typer app with islab-train's settings (``-h``, Rich markup, no pretty tracebacks)."""
+    return typer.Typer(
+        name=PROG, rich_markup_mode="rich", context_settings={"help_option_names": ["-h", "--help"]},
+        pretty_exceptions_enable=False, **settings,
+    )  # fmt: skip
+
+
+app = typer_app(add_completion=True)
 
 
 def train(ctx: typer.Context, **options: Any) -> None:

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from islab.cli.app import PROG, fail, resolve, source_of
+from islab.cli.app import fail, resolve, source_of, typer_app
 from islab.cli.options import OPTIONS, keyword, signature
 from islab.launcher import doctor, slurm
 from islab.launcher import plan as planner
@@ -26,14 +26,7 @@ SUBCOMMANDS = ("doctor", "sbatch", "tasks")
 PANEL_DOCTOR = "Doctor"
 PANEL_SBATCH = "Batch script"
 
-commands = typer.Typer(
-    name=PROG,
-    add_completion=False,
-    rich_markup_mode="rich",
-    context_settings={"help_option_names": ["-h", "--help"]},
-    pretty_exceptions_enable=False,
-    no_args_is_help=True,
-)
+commands = typer_app(add_completion=False, no_args_is_help=True)
 
 
 JSON_OPTION = keyword(

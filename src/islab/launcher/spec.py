@@ -100,6 +100,16 @@ NonNegative = Annotated[StrictInt, Field(ge=0)]
 Port = Annotated[StrictInt, Field(ge=1, le=65535)]
 
 
+def _host_port(field_name: str, value: str | None, fix: str) -> str | None:
+    """A ``host:port`` field: valid host, port in 1-65535 (``None``: not given)."""
+    if value is not None:
+        try:
+            split_host_port(value)
+        except ValueError as reason:
+            raise _rule(field_name, f"{value!r} is not host:port ({reason})", fix) from None
+    return value
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -130,16 +140,7 @@ class Rendezvous(_Frozen):
     @field_validator("endpoint")
     @classmethod
     def _endpoint(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                split_host_port(value)
-            except ValueError as reason:
-                raise _rule(
-                    "rendezvous.endpoint",
-                    f"{value!r} is not host:port ({reason})",
-                    "Write it as host:port, e.g. node0.cluster:29400",
-                ) from None
-        return value
+        return _host_port("rendezvous.endpoint", value, "Write it as host:port, e.g. node0.cluster:29400")
 
     @field_validator("id")
     @classmethod
@@ -286,16 +287,7 @@ class RunSpec(_Frozen):
     @field_validator("coordinator_address")
     @classmethod
     def _coordinator(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                split_host_port(value)
-            except ValueError as reason:
-                raise _rule(
-                    "coordinator_address",
-                    f"{value!r} is not host:port ({reason})",
-                    "Write node 0's address as host:port, e.g. 10.0.0.1:5000",
-                ) from None
-        return value
+        return _host_port("coordinator_address", value, "Write node 0's address as host:port, e.g. 10.0.0.1:5000")
 
     @field_validator("env", mode="before")
     @classmethod
