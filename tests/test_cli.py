@@ -397,3 +397,17 @@ def test_help_shows_the_new_cluster_options(islab):
     code, out, _ = islab("--help")
     assert code == 0
     assert "--rdzv-timeout" in out and "MIN:MAX" in out
+
+
+def test_the_option_table_is_the_one_declaration_of_every_option(islab):
+    """Every spec field but ``env`` (cluster file only) has exactly one option row (the trailing
+    KEY=VALUE items are ``overrides``); each row's ISLAB_* variable is read, and the help states
+    the schema's defaults without a copy of them in the help strings."""
+    from islab.cli.options import OPTIONS, spec_default
+    from islab.launcher.spec import FIELDS
+
+    fields = [option.field for option in OPTIONS if option.field]
+    assert sorted(fields) == sorted(set(FIELDS) - {"env", "overrides"})
+    assert spec_default("max_iterations") == 150 and spec_default("rendezvous.timeout_s") == 300
+    code, out, _ = islab("--help")
+    assert code == 0 and "Default: 150." in out and "Default: 300." in out

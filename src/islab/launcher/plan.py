@@ -1,4 +1,4 @@
-"""Launch plans: a :class:`~islab.spec.RunSpec` turned into the exact commands each node runs.
+"""Launch plans: a :class:`~islab.launcher.spec.RunSpec` turned into the exact commands each node runs.
 
 Distributed training here has three levels:
 

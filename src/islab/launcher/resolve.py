@@ -158,7 +158,7 @@ def resolve_spec(
     ``cli`` and ``env`` are flat layers keyed by dotted field names (``rendezvous.master_port``);
     absent keys mean "not given". ``slurm``, when running inside a SLURM allocation, builds the
     allocation's layer (nodes, node rank, rendezvous) from the values the other layers chose --
-    where the rendezvous goes depends on the launcher and backend (see :mod:`islab.slurm`).
+    where the rendezvous goes depends on the launcher and backend (see :mod:`islab.launcher.slurm`).
     Raises :class:`SpecError` with human messages.
     """
     file_layer = load_cluster_file(cluster_file) if cluster_file is not None else {}
