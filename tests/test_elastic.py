@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from islab.worker.resume import find_resume_point, last_reported_iteration, same_job
 
 from islab.launcher.probes import find_free_port
 from islab.worker.checkpoint import FORMAT, identity
 from islab.worker.collectives import SingleProcess
+from islab.worker.resume import find_resume_point, last_reported_iteration, same_job
 
 TASK = "Islab-Cartpole-v0"
 RUN_IDENTITY = identity("rsl_rl", "torch", TASK, (4,), (1,))
