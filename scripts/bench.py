@@ -19,8 +19,8 @@ What each section measures, and why that way
 1. **Env step throughput** (env steps/s = num_envs x steps / wall time). Our ``Islab-Cartpole-v0``
    against gymnasium's numpy-vectorized CartPole (``make_vec(..., "vector_entry_point")``), in one
    process, one thread (torch and BLAS pinned to 1), random actions drawn beforehand (so RNG cost
-   is not measured), at 256-16384 envs. Variants: ``naive`` (the pre-issue-5 eager step, kept
-   here as the before-picture), ``eager`` (the default step: fewer ops, buffers, in place) and
+   is not measured), at 256-16384 envs. Variants: ``eager`` (the default step: fewer ops, buffers,
+   in place) and
    ``compiled`` (``ISLAB_ENV_COMPILE=1``: the fused torch.compile kernel; first-call compile time
    reported separately). Our step does 2 physics substeps (decimation 2) plus auto-reset; gymnasium
    does 1 plus auto-reset, so per simulated second ours does more. It runs in a child process
@@ -72,6 +72,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from islab.rundir import read_progress
 
 ROOT = Path(__file__).resolve().parents[1]
 HOOKS = ROOT / "scripts" / "bench_hooks"
@@ -180,86 +182,6 @@ def islab_train() -> list[str]:
 # 1 + 7a: env step throughput (runs in a child process: clean BLAS variables, one thread)
 
 
-def naive_cartpole_class() -> type:
-    """The Cartpole step as it was before issue 5 (eager, allocating, index-put resets): the
-    before-picture. Same equations; subclassing keeps the state layout of the current env."""
-    import math
-
-    import torch
-
-    from islab.tasks.cartpole.cartpole_env import CartpoleEnv
-
-    class NaiveCartpole(CartpoleEnv):
-        def step(self, action: torch.Tensor) -> Any:
-            self._pre_physics_step(action.to(self.device))
-            for _ in range(self.cfg.decimation):
-                self._apply_action()
-                self._physics_step()
-            self.episode_length_buf += 1
-            self.common_step_counter += 1
-            terminated, truncated = self._get_dones()
-            self.reset_terminated.copy_(terminated)
-            self.reset_time_outs.copy_(truncated)
-            torch.logical_or(terminated, truncated, out=self.reset_buf)
-            self.reward_buf = self._get_rewards()
-            self.episode_return_buf += self.reward_buf
-            self.extras = {}
-            ids = self.reset_buf.nonzero(as_tuple=False).squeeze(-1)
-            if ids.numel() > 0:
-                self.extras["log"] = {
-                    "episode_return": self.episode_return_buf[ids].mean(),
-                    "episode_length": self.episode_length_buf[ids].float().mean(),
-                }
-                self._reset_idx(ids)
-            return self._get_observations(), self.reward_buf, self.reset_terminated, self.reset_time_outs, self.extras
-
-        def _pre_physics_step(self, actions: torch.Tensor) -> None:
-            self.force = actions.reshape(self.num_envs) * self.cfg.action_scale
-
-        def _physics_step(self) -> None:
-            cfg, dt = self.cfg, self.physics_dt
-            sin, cos = torch.sin(self.pole_pos), torch.cos(self.pole_pos)
-            temp = (self.force + self._pole_mass_length * self.pole_vel.square() * sin) / self._total_mass
-            pole_acc = (cfg.gravity * sin - cos * temp) / (
-                cfg.pole_half_length * (4.0 / 3.0 - cfg.pole_mass * cos.square() / self._total_mass)
-            )
-            cart_acc = temp - self._pole_mass_length * pole_acc * cos / self._total_mass
-            self.cart_pos.add_(self.cart_vel, alpha=dt)
-            self.pole_pos.add_(self.pole_vel, alpha=dt)
-            self.cart_vel.add_(cart_acc, alpha=dt)
-            self.pole_vel.add_(pole_acc, alpha=dt)
-
-        def _get_observations(self) -> dict[str, torch.Tensor]:
-            return {"policy": self.state[:, [2, 3, 0, 1]]}
-
-        def _get_rewards(self) -> torch.Tensor:
-            cfg = self.cfg
-            terminated = self.reset_terminated.float()
-            return (
-                cfg.rew_scale_alive * (1.0 - terminated)
-                + cfg.rew_scale_terminated * terminated
-                + cfg.rew_scale_pole_pos * self.pole_pos.square()
-                + cfg.rew_scale_cart_vel * self.cart_vel.abs()
-                + cfg.rew_scale_pole_vel * self.pole_vel.abs()
-            )
-
-        def _get_dones(self) -> tuple[torch.Tensor, torch.Tensor]:
-            time_out = self.episode_length_buf >= self.max_episode_length - 1
-            out_of_bounds = (self.cart_pos.abs() > self.cfg.max_cart_pos) | (self.pole_pos.abs() > math.pi / 2)
-            return out_of_bounds, time_out
-
-        def _reset_idx(self, env_ids: torch.Tensor) -> None:
-            self.episode_length_buf[env_ids] = 0
-            self.episode_return_buf[env_ids] = 0.0
-            low, high = self.cfg.initial_pole_angle_range
-            angles = torch.rand(len(env_ids), device=self.device, generator=self.generator)
-            new_state = torch.zeros(len(env_ids), 4, device=self.device)
-            new_state[:, 2] = (low + (high - low) * angles) * math.pi
-            self.state[env_ids] = new_state
-
-    return NaiveCartpole
-
-
 def env_child(config: dict[str, Any]) -> dict[str, Any]:
     """Measure env steps/s for every (size, variant), ``runs`` times, interleaved."""
     import numpy as np
@@ -283,7 +205,6 @@ def env_child(config: dict[str, Any]) -> dict[str, Any]:
 
     device, sizes, variants = config["device"], config["sizes"], config["variants"]
     runs, target = config["runs"], config["target_env_steps"]
-    naive_cls = naive_cartpole_class()
     sync: Callable[[], None] = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
 
     steppers: dict[tuple[str, int], Callable[[int], None]] = {}
@@ -303,10 +224,7 @@ def env_child(config: dict[str, Any]) -> dict[str, Any]:
 
                 steppers[variant, size] = gym_step
                 continue
-            if variant == "naive":
-                env = naive_cls(CartpoleEnvCfg(num_envs=size, seed=0, compile_step=False), device=device)
-            else:
-                env = CartpoleEnv(CartpoleEnvCfg(num_envs=size, seed=0, compile_step=variant == "compiled"), device)
+            env = CartpoleEnv(CartpoleEnvCfg(num_envs=size, seed=0, compile_step=variant == "compiled"), device)
             env.reset()
             if variant == "compiled":
                 started = time.perf_counter()
@@ -346,7 +264,7 @@ def env_child(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_env_section(opts: Options) -> dict[str, Any]:
-    variants = ["naive", "eager"] + (["compiled"] if opts.compile else [])
+    variants = ["eager"] + (["compiled"] if opts.compile else [])
     if opts.device == "cpu":
         variants = ["gymnasium", *variants]
     config = {
@@ -473,17 +391,6 @@ class LaunchResult:
             if record.get("mean_return") is not None and record["mean_return"] >= threshold:
                 return record["time_s"]
         return None
-
-
-def read_progress(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "progress.jsonl"
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        with contextlib.suppress(json.JSONDecodeError):
-            records.append(json.loads(line))
-    return records
 
 
 def launch_command(opts: Options, label: str, nproc: int, num_envs: int, iterations: int, **kw: Any) -> list[str]:
@@ -852,7 +759,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             add("| " + " | ".join(row) + " |")
         add("")
         add(
-            "Variants: `naive` = the step before issue 5 (eager, allocating); `eager` = the default step; "
+            "Variants: `eager` = the default step; "
             "`compiled` = `ISLAB_ENV_COMPILE=1` (torch.compile fused kernel). Ratios are medians of the "
             "per-run ratios (runs interleaved). Ours does 2 physics substeps per step, gymnasium 1."
         )

@@ -10,9 +10,10 @@ once on the rank's device.
 How the step is written, for speed (see ``islab.envs.base``): the state lives in one [4, N]
 tensor, one contiguous row per quantity (cart pos, cart vel, pole angle, pole vel), so positions
 and velocities are two strided [2, N] views and each Euler update is one op for both bodies;
-``env.state`` is its [N, 4] transpose (columns as before). Every hook writes into buffers
-allocated once, with fused ``addcmul``-style ops and constants folded at setup: a physics
-substep is 11 ops, dones 4, rewards 7. ``F / M`` is formed once per policy step, not per substep.
+``env.state`` is its [N, 4] transpose (columns as before). The equations are three pure
+functions (:func:`accelerations`, :func:`out_of_bounds`, :func:`reward`) written with fused
+``addcmul``-style ops and folded constants; the eager hooks call them, and so does the compiled
+step (:func:`fused_advance`). ``F / M`` is formed once per policy step, not per substep.
 """
 
 from __future__ import annotations
@@ -52,6 +53,45 @@ class CartpoleEnvCfg(DirectRLEnvCfg):
     rew_scale_pole_vel: float = -0.005
 
 
+# -- the equations, once ------------------------------------------------------------------------
+# Pure per-env functions on [N] rows. The eager hooks call them op by op; ``fused_advance`` calls
+# the same functions inside one torch.compile'd kernel, so the two paths cannot drift apart.
+
+
+def accelerations(
+    theta: torch.Tensor, theta_dot: torch.Tensor, force_over_mass: torch.Tensor, cfg: CartpoleEnvCfg
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The classic cart-pole (Barto et al.; gymnasium's CartPole), with M = m_c + m_p:
+
+    temp     = F / M + (m_p l / M) θ̇² sin θ
+    θ̈        = (g sin θ − cos θ · temp) / (l (4/3 − m_p cos² θ / M))
+    ẍ        = temp − (m_p l / M) θ̈ cos θ
+
+    Returns (ẍ, θ̈). Constants are folded into fused ``addcmul`` ops."""
+    pml_over_m = cfg.pole_mass * cfg.pole_half_length / (cfg.cart_mass + cfg.pole_mass)
+    sin, cos = torch.sin(theta), torch.cos(theta)
+    temp = torch.addcmul(force_over_mass, theta_dot * theta_dot, sin, value=pml_over_m)
+    denominator = torch.addcmul(torch.full_like(cos, cfg.pole_half_length * 4.0 / 3.0), cos, cos, value=-pml_over_m)
+    theta_acc = torch.addcmul(cfg.gravity * sin, cos, temp, value=-1.0) / denominator
+    return torch.addcmul(temp, theta_acc, cos, value=-pml_over_m), theta_acc
+
+
+def out_of_bounds(x: torch.Tensor, theta: torch.Tensor, cfg: CartpoleEnvCfg) -> torch.Tensor:
+    """Terminated (bool): the cart left the track or the pole fell past horizontal."""
+    return (x.abs() > cfg.max_cart_pos) | (theta.abs() > math.pi / 2)
+
+
+def reward(
+    terminated: torch.Tensor, theta: torch.Tensor, x_dot: torch.Tensor, theta_dot: torch.Tensor, cfg: CartpoleEnvCfg
+) -> torch.Tensor:
+    """Alive bonus, or the termination penalty instead of it (``terminated`` as 0/1 floats:
+    t * (terminated - alive) + alive is exact for t in {0, 1} and cheaper than torch.where),
+    minus the pole angle and the velocities."""
+    value = terminated * (cfg.rew_scale_terminated - cfg.rew_scale_alive) + cfg.rew_scale_alive
+    value = torch.addcmul(value, theta, theta, value=cfg.rew_scale_pole_pos)
+    return value + cfg.rew_scale_cart_vel * x_dot.abs() + cfg.rew_scale_pole_vel * theta_dot.abs()
+
+
 def fused_advance(
     action: torch.Tensor,
     state: torch.Tensor,
@@ -65,26 +105,19 @@ def fused_advance(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One Cartpole step up to the reset, as a pure per-env element-wise chain for ``torch.compile``.
 
-    Same equations, order and rules as the hooks (``_pre_physics_step``, ``decimation`` x
-    ``_physics_step``, ``_get_dones``, ``_get_rewards``), written on [N] rows so inductor emits a
-    single loop over the envs. It also does the data-independent half of the reset: finished envs
+    The same functions as the hooks (:func:`accelerations` ``decimation`` times,
+    :func:`out_of_bounds`, :func:`reward`), on [N] rows so inductor emits a single loop over the
+    envs. It also does the data-independent half of the reset: finished envs
     get a zero state, episode clock and return; their episode statistics are summed first. Writes
     ``state`` [4, N] (rows x, ẋ, θ, θ̇), the episode buffers and ``masks_out`` [3, N] (terminated,
     truncated, done as 0/1 bytes) in place. Returns the reward [N],
     the observation [N, 4] (zeros where an env finished; the caller writes the new pole angle)
     and ``[finished envs, mean return of their episodes, mean length]``.
     """
-    total_mass = cfg.cart_mass + cfg.pole_mass
-    pml_over_m = cfg.pole_mass * cfg.pole_half_length / total_mass
     x, x_dot, theta, theta_dot = state.unbind(0)
-    force_over_mass = action.reshape(-1) * cfg.action_scale / total_mass
+    force_over_mass = action.reshape(-1) * cfg.action_scale / (cfg.cart_mass + cfg.pole_mass)  # as _pre_physics_step
     for _ in range(cfg.decimation):
-        sin, cos = torch.sin(theta), torch.cos(theta)
-        temp = force_over_mass + pml_over_m * theta_dot * theta_dot * sin
-        theta_acc = (cfg.gravity * sin - cos * temp) / (
-            cfg.pole_half_length * (4.0 / 3.0) - (cfg.pole_half_length * cfg.pole_mass / total_mass) * cos * cos
-        )
-        x_acc = temp - pml_over_m * theta_acc * cos
+        x_acc, theta_acc = accelerations(theta, theta_dot, force_over_mass, cfg)
         x, theta = x + physics_dt * x_dot, theta + physics_dt * theta_dot
         x_dot, theta_dot = x_dot + physics_dt * x_acc, theta_dot + physics_dt * theta_acc
     # Masks stay float (0/1) inside the kernel: bool values vectorize badly in inductor's C++
@@ -92,15 +125,10 @@ def fused_advance(
     # which are those bytes viewed as bools, so no conversion op runs after the kernel.
     length = episode_length.to(reward_dtype := state.dtype) + 1.0
     time_out = (length >= max_episode_length - 1).to(reward_dtype)
-    terminated = ((x.abs() > cfg.max_cart_pos) | (theta.abs() > math.pi / 2)).to(reward_dtype)
+    terminated = out_of_bounds(x, theta, cfg).to(reward_dtype)
     done = torch.maximum(terminated, time_out)
-    reward = (
-        (cfg.rew_scale_alive + (cfg.rew_scale_terminated - cfg.rew_scale_alive) * terminated)
-        + cfg.rew_scale_pole_pos * theta * theta
-        + cfg.rew_scale_cart_vel * x_dot.abs()
-        + cfg.rew_scale_pole_vel * theta_dot.abs()
-    )
-    returns = episode_return + reward
+    step_reward = reward(terminated, theta, x_dot, theta_dot, cfg)
+    returns = episode_return + step_reward
     finished = done.sum()
     per_episode = 1.0 / torch.clamp(finished, min=1.0)
     stats = torch.stack((finished, (returns * done).sum() * per_episode, (length * done).sum() * per_episode))
@@ -110,7 +138,7 @@ def fused_advance(
     episode_length.copy_((length * keep).to(episode_length.dtype))
     episode_return.copy_(returns * keep)
     masks_out.copy_(torch.stack((terminated, time_out, done)).to(torch.uint8))
-    return reward, torch.stack((theta, theta_dot, x, x_dot), dim=1), stats
+    return step_reward, torch.stack((theta, theta_dot, x, x_dot), dim=1), stats
 
 
 class CartpoleEnv(DirectRLEnv):
@@ -125,23 +153,10 @@ class CartpoleEnv(DirectRLEnv):
         self.cart_pos, self.cart_vel, self.pole_pos, self.pole_vel = self._state.unbind(0)
         self._pos = self._state[0::2]  # [2, N]: cart pos, pole angle
         self._vel = self._state[1::2]  # [2, N]: cart vel, pole vel
-        self._acc = torch.zeros(2, n, device=dev)  # cart acc, pole acc
         self.force = torch.zeros(n, device=dev)
         self._force_over_mass = torch.zeros(n, device=dev)
-        self._sin, self._cos, self._temp, self._num = (torch.zeros(n, device=dev) for _ in range(4))
-        self._den = torch.zeros(n, device=dev)
-        self._abs2 = torch.zeros(2, n, device=dev)
         self._reward_dtype = self._state.dtype
-        self._out_of_bounds = torch.zeros(2, n, dtype=torch.bool, device=dev)
-        # |cart| > max_cart_pos, |pole| > pi/2, compared in float32 as the scalar comparison does
-        self._bounds = torch.tensor([[cfg.max_cart_pos], [math.pi / 2]], device=dev)
-        total_mass = cfg.cart_mass + cfg.pole_mass
-        self._total_mass = total_mass
-        self._pole_mass_length = cfg.pole_mass * cfg.pole_half_length
-        # folded constants of the classic equations (see _physics_step)
-        self._k_pml_over_m = self._pole_mass_length / total_mass
-        self._den_const = torch.tensor(cfg.pole_half_length * 4.0 / 3.0, device=dev)
-        self._k_den = cfg.pole_half_length * cfg.pole_mass / total_mass
+        self._total_mass = cfg.cart_mass + cfg.pole_mass
 
     def _make_fast_step(self) -> Callable[[torch.Tensor], StepResult]:
         """``step`` as one compiled kernel (``fused_advance``) plus the data-dependent rest of the
@@ -193,48 +208,25 @@ class CartpoleEnv(DirectRLEnv):
         """The force is held constant over the decimation substeps (zero-order hold)."""
 
     def _physics_step(self) -> None:
-        """One explicit-Euler substep of the classic cart-pole (Barto et al.; gymnasium's CartPole):
-
-        temp     = (F + m_p l θ̇² sin θ) / M
-        θ̈        = (g sin θ − cos θ · temp) / (l (4/3 − m_p cos² θ / M))
-        ẍ        = temp − m_p l θ̈ cos θ / M
-        x, θ    += dt · (ẋ, θ̇)   (old velocities), then  ẋ, θ̇ += dt · (ẍ, θ̈)
-        """
-        dt, sin, cos, temp, num, den = self.physics_dt, self._sin, self._cos, self._temp, self._num, self._den
-        pole_vel, cart_acc, pole_acc = self.pole_vel, self._acc[0], self._acc[1]
-        torch.sin(self.pole_pos, out=sin)
-        torch.cos(self.pole_pos, out=cos)
-        torch.mul(pole_vel, pole_vel, out=temp)
-        torch.addcmul(self._force_over_mass, temp, sin, value=self._k_pml_over_m, out=temp)
-        torch.mul(sin, self.cfg.gravity, out=num)
-        num.addcmul_(cos, temp, value=-1.0)
-        torch.addcmul(self._den_const, cos, cos, value=-self._k_den, out=den)
-        torch.div(num, den, out=pole_acc)
-        torch.addcmul(temp, pole_acc, cos, value=-self._k_pml_over_m, out=cart_acc)
+        """One explicit-Euler substep (:func:`accelerations`): x, θ += dt · (ẋ, θ̇) with the old
+        velocities (one op for both bodies), then ẋ, θ̇ += dt · (ẍ, θ̈)."""
+        dt = self.physics_dt
+        cart_acc, pole_acc = accelerations(self.pole_pos, self.pole_vel, self._force_over_mass, self.cfg)
         self._pos.add_(self._vel, alpha=dt)
-        self._vel.add_(self._acc, alpha=dt)
+        self.cart_vel.add_(cart_acc, alpha=dt)
+        self.pole_vel.add_(pole_acc, alpha=dt)
 
     def _get_observations(self) -> dict[str, torch.Tensor]:
         # a fresh [N, 4] tensor each step (libraries keep the previous observation)
         return {"policy": torch.stack((self.pole_pos, self.pole_vel, self.cart_pos, self.cart_vel), dim=1)}
 
     def _get_rewards(self) -> torch.Tensor:
-        cfg = self.cfg
-        # alive bonus, or the termination penalty instead of it (a fresh tensor: it is returned);
-        # t * (terminated - alive) + alive is exact for t in {0, 1}, and cheaper than torch.where
-        reward = self.reset_terminated.to(self._reward_dtype)
-        reward.mul_(cfg.rew_scale_terminated - cfg.rew_scale_alive).add_(cfg.rew_scale_alive)
-        reward.addcmul_(self.pole_pos, self.pole_pos, value=cfg.rew_scale_pole_pos)
-        torch.abs(self._vel, out=self._abs2)
-        reward.add_(self._abs2[0], alpha=cfg.rew_scale_cart_vel)
-        reward.add_(self._abs2[1], alpha=cfg.rew_scale_pole_vel)
-        return reward
+        terminated = self.reset_terminated.to(self._reward_dtype)
+        return reward(terminated, self.pole_pos, self.cart_vel, self.pole_vel, self.cfg)
 
     def _get_dones(self) -> tuple[torch.Tensor, torch.Tensor]:
         torch.ge(self.episode_length_buf, self.max_episode_length - 1, out=self.reset_time_outs)
-        torch.abs(self._pos, out=self._abs2)
-        torch.gt(self._abs2, self._bounds, out=self._out_of_bounds)
-        torch.logical_or(self._out_of_bounds[0], self._out_of_bounds[1], out=self.reset_terminated)
+        self.reset_terminated.copy_(out_of_bounds(self.cart_pos, self.pole_pos, self.cfg))
         return self.reset_terminated, self.reset_time_outs
 
     def _reset_idx(self, env_ids: torch.Tensor) -> None:
