@@ -45,7 +45,7 @@ from islab.launcher.addresses import join_host_port, split_host_port
 from islab.launcher.issues import Issue, mask_env
 from islab.launcher.resolve import ResolvedSpec
 from islab.launcher.spec import DEFAULT_C10D_ID, DEFAULT_MULTINODE_MASTER_PORT, DEFAULT_RDZV_TIMEOUT_S, RunSpec
-from islab.libs.registry import env_fixes, launcher_of
+from islab.libs.registry import apply_env_fixes, launcher_of
 
 Launcher = Literal["torchrun", "skrl-jax"]
 LOCALHOST = "127.0.0.1"
@@ -162,8 +162,7 @@ def budget_of(spec: RunSpec) -> Budget:
 def plan_env(spec: RunSpec) -> dict[str, str]:
     """Environment every rank of this plan gets on top of the node's own environment."""
     env = dict(spec.env)
-    for name, value in env_fixes(spec.lib, spec.ml_framework, spec.device).items():
-        env.setdefault(name, value)  # the library registry's fixes; the user's env wins
+    apply_env_fixes(spec.lib, spec.ml_framework, spec.device, env)  # the registry's fixes; the user's env wins
     return env
 
 

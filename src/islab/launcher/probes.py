@@ -21,10 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from islab.libs.registry import LIBRARIES
+
 CONNECT_TIMEOUT_S = 2.0
 PROBE_TIMEOUT_S = 120.0
-# Distributions whose versions the probe reports (importlib.metadata names).
-VERSION_DISTRIBUTIONS = ("islab-train", "torch", "rl-games", "rsl-rl-lib", "skrl", "jax", "jaxlib")
+# Distributions whose versions the probe reports (importlib.metadata names): ours and every
+# library's, framework's and their common torch's, from the library registry.
+VERSION_DISTRIBUTIONS = (
+    "islab-train",
+    *dict.fromkeys(dist for lib in LIBRARIES.values() for fw in lib.frameworks for dist in lib.distributions(fw)),
+)
 
 
 def find_free_port(host: str = "") -> int:

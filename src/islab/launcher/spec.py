@@ -39,17 +39,17 @@ from pydantic_core import PydanticCustomError
 
 from islab.launcher.addresses import is_valid_host, split_host_port
 from islab.launcher.issues import mask_env, suggest
-from islab.libs.registry import LIBRARIES, frameworks_of, launcher_of
+from islab.libs.registry import LIBRARIES, ML_FRAMEWORKS, frameworks_of, launcher_of
 from islab.tasks import TASKS
 
 Lib = Literal[tuple(LIBRARIES)]  # type: ignore[valid-type]  # the library registry names them
-MLFramework = Literal["torch", "jax"]
+MLFramework = Literal[ML_FRAMEWORKS]  # type: ignore[valid-type]
 Device = Literal["cuda", "cpu"]
 RdzvBackend = Literal["static", "c10d"]
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "lib": tuple(LIBRARIES),
-    "ml_framework": ("torch", "jax"),
+    "ml_framework": ML_FRAMEWORKS,
     "device": ("cuda", "cpu"),
     "rendezvous.backend": ("static", "c10d"),
 }
