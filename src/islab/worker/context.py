@@ -112,7 +112,7 @@ def configure_process(ctx: RankContext) -> None:
     """Threads, denormals and global RNGs for this rank; call once, before building anything."""
     if ctx.device == "cpu":
         torch.set_num_threads(cpu_threads_per_rank(ctx.local_world_size))
-        # Denormal floats slowed rsl_rl training ~10x on CPU (LIBRARY_NOTES.md).
+        # Denormal floats slowed rsl_rl training ~10x on CPU (docs/libraries.md).
         torch.set_flush_denormal(True)
     else:
         torch.cuda.set_device(torch.device(ctx.device))
