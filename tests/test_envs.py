@@ -6,9 +6,9 @@ import math
 
 import pytest
 import torch
-from islab.tasks.cartpole.cartpole_env import CartpoleEnv, CartpoleEnvCfg
 
 from islab.envs import make_env
+from islab.tasks.cartpole.cartpole_env import CartpoleEnv, CartpoleEnvCfg
 
 TASK = "Islab-Cartpole-v0"
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

@@ -1,20 +1,10 @@
 """Reading task registrations without importing them (torch-, numpy- and gymnasium-free).
 
-A task is a package that registers itself with gymnasium the way Isaac Lab's tasks do::
-
-    # islab/tasks/cartpole/__init__.py
-    gym.register(
-        id="Islab-Cartpole-v0",
-        entry_point=f"{__name__}.cartpole_env:CartpoleEnv",
-        disable_env_checker=True,
-        kwargs={
-            "env_cfg_entry_point": f"{__name__}.cartpole_env:CartpoleEnvCfg",
-            "rsl_rl_cfg_entry_point": f"{agents.__name__}:rsl_rl_ppo_cfg.yaml",
-            ...
-        },
-    )
-
-and is announced in its distribution's metadata, so nothing has to be imported to list it::
+A task is a package that registers itself with gymnasium the way Isaac Lab's tasks do: its
+``__init__.py`` calls ``gym.register(id=..., entry_point=f"{__name__}.<name>_env:<Name>Env",
+kwargs={"env_cfg_entry_point": ..., "<lib>_cfg_entry_point": f"{agents.__name__}:<file>.yaml"})``
+(``islab/tasks/cartpole/__init__.py`` is the example to copy), and is announced in its
+distribution's metadata, so nothing has to be imported to list it::
 
     [project.entry-points."islab.tasks"]
     "Islab-Cartpole-v0" = "islab.tasks.cartpole"
