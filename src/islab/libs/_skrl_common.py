@@ -29,12 +29,14 @@ import time
 from abc import abstractmethod
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from islab.budget import rollout_length
 from islab.envs.base import DirectRLEnv
 from islab.libs.base import LibraryAdapter, TrainResult
-from islab.worker.context import RankContext
+
+if TYPE_CHECKING:
+    from islab.worker.context import RankContext
 
 # Agent-config keys whose value names a preprocessor class (skrl evaluates the string).
 PREPROCESSOR_KEYS = ("observation_preprocessor", "state_preprocessor", "value_preprocessor")
