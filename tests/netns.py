@@ -2,8 +2,8 @@
 
 A network namespace has its own interfaces, addresses, routes and ports, so two of them joined by
 a virtual ethernet cable behave like two nodes on a private network -- enough to run a real
-two-node torchrun job (gloo over TCP between the namespaces) on a CI machine. The recipe is the
-one checked in shared/MACHINE_NOTES.md:
+two-node torchrun job (gloo over TCP between the namespaces) on a CI machine. The recipe (run as
+root, with iproute2):
 
     ip netns add A; ip netns add B
     ip link add vA type veth peer name vB; ip link set vA netns A; ip link set vB netns B
