@@ -144,6 +144,12 @@ ISAAC_LAB_GPUS_PER_NODE = 4  # "4 Nodes, 4 x L40 GPUs per node"; L40 has no NVLi
 # Isaac Lab's isaaclab_tasks/direct/cartpole/agents/rl_games_ppo_cfg.yaml (ours differs only in
 # these two, see the header of configs/agents/rl_games/cartpole.yaml)
 ISAAC_LAB_HORIZON, ISAAC_LAB_MINIBATCH = 32, 16384
+# Same page, Isaac-Velocity-Rough-G1-v0 (rsl_rl); its agent config (G1RoughPPORunnerCfg in
+# isaaclab_tasks/.../velocity/config/g1/agents/rsl_rl_ppo_cfg.py): 24 steps per env, 5 epochs x 4
+# minibatches, actor and critic [512, 256, 128]. An out-of-sample check of the calibration.
+G1_ROLLOUT_FPS = {1: 64e3, 4: 270e3, 16: 1.1e6}
+G1_TRAIN_FPS = {1: 62e3, 4: 250e3, 16: 960e3}
+G1_HORIZON, G1_UPDATES, G1_HIDDEN = 24, 5 * 4, (512, 256, 128)
 
 
 # --------------------------------------------------------------------------------------------
@@ -383,15 +389,27 @@ def isaac_lab_workload(stock_template: Workload) -> Workload:
     return Workload("rl_games", ISAAC_LAB_HORIZON, updates, stock_template.grad_floats, 3 * updates + 8 + 1, 1)
 
 
-def isaac_lab_update_growth(gpus: int) -> float:
+def update_growth(gpus: int, horizon: int, rollout_fps: dict[int, float], train_fps: dict[int, float]) -> float:
     """Published: how much longer the update phase (train FPS minus rollout FPS) is on ``gpus``
     than on one, per iteration, in seconds."""
 
     def update_s(n: int) -> float:
-        steps = NUM_ENVS * ISAAC_LAB_HORIZON * n
-        return steps / ISAAC_LAB_TRAIN_FPS[n] - steps / ISAAC_LAB_ROLLOUT_FPS[n]
+        steps = NUM_ENVS * horizon * n
+        return steps / train_fps[n] - steps / rollout_fps[n]
 
     return update_s(gpus) - update_s(1)
+
+
+def isaac_lab_update_growth(gpus: int) -> float:
+    return update_growth(gpus, ISAAC_LAB_HORIZON, ISAAC_LAB_ROLLOUT_FPS, ISAAC_LAB_TRAIN_FPS)
+
+
+def g1_workload() -> Workload:
+    """rsl_rl on G1 rough: 3 collectives per update (gradients, KL, learning rate), no normalizer.
+    Gradient size: the hidden-to-hidden layers of both networks only, a lower bound (the input
+    layer depends on the observation size, which the benchmark page does not state)."""
+    grads = 2 * mlp_params(G1_HIDDEN)
+    return Workload("rsl_rl", G1_HORIZON, G1_UPDATES, (grads,), 3 * G1_UPDATES, 1)
 
 
 def calibrate(work: dict[str, Workload], inter: str = "ib") -> dict[str, Any]:
@@ -403,26 +421,32 @@ def calibrate(work: dict[str, Workload], inter: str = "ib") -> dict[str, Any]:
     nccl4 = predict(lab, "stock", 4, t1, topo)
     residual = isaac_lab_update_growth(4) - (nccl4.intra_s + nccl4.inter_s)
     overhead = {"nccl": 0.0, **{m: residual / sync_points(lab, "stock", m) for m in MODELS[1:]}}
+    checks = [
+        ("Cartpole-Direct, rl_games", lab, ISAAC_LAB_HORIZON, ISAAC_LAB_ROLLOUT_FPS, ISAAC_LAB_TRAIN_FPS),
+        ("G1 rough, rsl_rl", g1_workload(), G1_HORIZON, G1_ROLLOUT_FPS, G1_TRAIN_FPS),
+    ]
     rows = []
-    for n in (4, 16):
-        measured_eff = ISAAC_LAB_TRAIN_FPS[n] / (n * ISAAC_LAB_TRAIN_FPS[1])
-        for model in MODELS:
-            p = predict(lab, "stock", n, t1, topo, overhead[model], model)
-            sync = p.iteration_s - t1
-            rows.append(
-                {
-                    "check": f"Isaac Lab Cartpole-Direct rl_games, {n} x L40",
-                    "model": model,
-                    "gpus": n,
-                    "predicted_efficiency": p.efficiency,
-                    "measured_efficiency": measured_eff,
-                    "efficiency_error": p.efficiency / measured_eff - 1,
-                    "predicted_sync_s": sync,
-                    "measured_update_growth_s": isaac_lab_update_growth(n),
-                    "sync_error": sync / isaac_lab_update_growth(n) - 1,
-                    "fitted_here": model != "nccl" and n == 4,
-                }
-            )
+    for task, work_, horizon, rollout_fps, train_fps in checks:
+        compute = NUM_ENVS * horizon / train_fps[1]
+        for n in (4, 16):
+            measured_eff = train_fps[n] / (n * train_fps[1])
+            growth = update_growth(n, horizon, rollout_fps, train_fps)
+            for model in MODELS:
+                sync = predict(work_, "stock", n, compute, topo, overhead[model], model).iteration_s - compute
+                rows.append(
+                    {
+                        "check": task,
+                        "model": model,
+                        "gpus": n,
+                        "predicted_efficiency": compute / (compute + sync),
+                        "measured_efficiency": measured_eff,
+                        "efficiency_error": compute / (compute + sync) / measured_eff - 1,
+                        "predicted_sync_s": sync,
+                        "measured_update_growth_s": growth,
+                        "sync_error": sync / growth - 1,
+                        "fitted_here": model != "nccl" and n == 4 and work_ is lab,
+                    }
+                )
     return {
         "overhead_s": overhead,
         "collectives_per_iteration": lab.count("stock"),
@@ -558,8 +582,9 @@ def markdown(report: dict[str, Any]) -> str:
         f"{cal['overhead_s']['per-collective'] * 1e6:.0f} us per collective, or "
         f"{cal['overhead_s']['per-update'] * 1e6:.0f} us per update.",
         "",
-        "Validation, Isaac Lab Cartpole-Direct (rl_games, 4096 envs per GPU, "
-        f"{cal['updates']} updates and {cal['collectives_per_iteration']} collectives per iteration):",
+        "Validation against Isaac Lab's published table (4096 envs per GPU; Cartpole: rl_games, "
+        f"{cal['updates']} updates and {cal['collectives_per_iteration']} collectives per iteration; G1: rsl_rl, "
+        f"{G1_UPDATES} updates and {3 * G1_UPDATES} collectives):",
         "",
         "| point | model | predicted efficiency | published | error | predicted sync | published update growth "
         "| error |",
@@ -568,7 +593,7 @@ def markdown(report: dict[str, Any]) -> str:
     for r in cal["rows"]:
         fitted = " (fitted here)" if r["fitted_here"] else ""
         lines.append(
-            f"| {r['gpus']} x L40 | {r['model']}{fitted} | {r['predicted_efficiency']:.3f} | "
+            f"| {r['check']}, {r['gpus']} x L40 | {r['model']}{fitted} | {r['predicted_efficiency']:.3f} | "
             f"{r['measured_efficiency']:.3f} | {_pct(r['efficiency_error'])} | {r['predicted_sync_s'] * 1e3:.1f} ms | "
             f"{r['measured_update_growth_s'] * 1e3:.1f} ms | {_pct(r['sync_error'])} |"
         )
