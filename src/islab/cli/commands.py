@@ -191,12 +191,28 @@ def _forwarded_options(ctx: typer.Context, options: dict[str, Any], log_dir: Pat
 @commands.command("tasks", help="List the registered tasks, their sizes, and which libraries have agent configs.")
 def tasks_command(
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    task_module: Annotated[
+        str | None, typer.Option("--task-module", metavar="MOD", help="Also list the tasks MOD registers.")
+    ] = None,
 ) -> None:
-    from islab.tasks import TASKS, agent_config_path, libraries_with_agent_config
+    from islab.tasks import (
+        TASKS,
+        TaskRegistrationError,
+        add_task_module,
+        agent_config_path,
+        libraries_with_agent_config,
+    )
 
+    if task_module is not None:
+        try:
+            add_task_module(task_module)
+        except TaskRegistrationError as exc:
+            print(f"error: --task-module: {exc}.", file=sys.stderr)
+            raise typer.Exit(2) from None
     rows = [
         {
             "task": info.task_id,
+            "package": info.package,
             "observation_size": info.observation_size,
             "action_size": info.action_size,
             "default_num_envs": info.default_num_envs,
@@ -213,12 +229,12 @@ def tasks_command(
     from rich.table import Table
 
     table = Table(title="islab-train tasks", title_justify="left")
-    for column in ("task", "obs", "actions", "default num_envs", "agent configs (--lib)"):
+    for column in ("task", "package", "obs", "actions", "default num_envs", "agent configs (--lib)"):
         table.add_column(column)
     for row in rows:
         table.add_row(
-            row["task"], str(row["observation_size"]), str(row["action_size"]), str(row["default_num_envs"]),
-            ", ".join(row["agent_configs"]) or "none",
+            row["task"], row["package"], str(row["observation_size"]), str(row["action_size"]),
+            str(row["default_num_envs"]), ", ".join(row["agent_configs"]) or "none",
         )  # fmt: skip
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
     console.print(table)

@@ -114,6 +114,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("--ml-framework", f"Learner framework; jax only with --lib {_jax_libraries()}.", PANEL_TRAINING,
            "ml_framework", FrameworkChoice, "Default: {}."),
     Option("--task", "Task id.", PANEL_TRAINING, "task", str, "Default: {}."),
+    Option("--task-module", "A module that registers tasks the way Isaac Lab's task packages do (gym.register), "
+           "used without installing it: looked up from the working directory like python -m, imported by every "
+           "rank.", PANEL_TRAINING, "task_module", metavar="MOD"),
     Option("--num-envs", "Parallel environments PER RANK (total = num_envs x world size).", PANEL_TRAINING,
            "num_envs", int, "Default: the task's, {}."),
     Option("--seed", "Base seed; each rank uses seed + its global rank.", PANEL_TRAINING, "seed", int,

@@ -127,6 +127,7 @@ def worker_args(spec: RunSpec, run_dir: str) -> list[str]:
         "--lib", spec.lib,
         "--ml-framework", spec.ml_framework,
         "--task", spec.task,
+        *(["--task-module", spec.task_module] if spec.task_module is not None else []),
         "--num-envs", str(spec.num_envs),
         "--seed", str(spec.seed),
         # the worker turns a budget into iterations once it knows the world size it got

@@ -33,8 +33,8 @@ from pydantic import ValidationError
 from islab.agent_config import AgentConfigError, load_agent_config
 from islab.budget import rollout_length
 from islab.launcher.issues import Issue, SpecError, suggest
-from islab.launcher.spec import CHOICES, DEFAULT_TASK, FIELDS, INPUT_FIELDS, Rendezvous, RunSpec
-from islab.tasks import TASKS, agent_config_path
+from islab.launcher.spec import CHOICES, DEFAULT_TASK, FIELDS, INPUT_FIELDS, MODULE_PATTERN, Rendezvous, RunSpec
+from islab.tasks import TASKS, TaskRegistrationError, add_task_module, agent_config_path
 
 
 class Source(str, Enum):
@@ -191,6 +191,8 @@ def resolve_spec(
             sources[name] = source
             origins[name] = provided.origin
 
+    if merged.get("task_module") is not None:
+        _announce_task_module(merged["task_module"], origins)
     # The default number of environments belongs to the task, so it is filled after merging.
     if "num_envs" not in merged and merged.get("task", DEFAULT_TASK) in TASKS:
         merged["num_envs"] = TASKS[merged.get("task", DEFAULT_TASK)].default_num_envs
@@ -208,6 +210,18 @@ def resolve_spec(
         origins=MappingProxyType(origins),
         cluster_file=str(cluster_file) if cluster_file is not None else None,
     )
+
+
+def _announce_task_module(module: Any, origins: Mapping[str, str]) -> None:
+    """Add the tasks of ``--task-module`` to the registry (read statically; the ranks import it)."""
+    if not isinstance(module, str) or not MODULE_PATTERN.fullmatch(module):
+        return  # RunSpec reports the malformed name
+    try:
+        add_task_module(module)
+    except TaskRegistrationError as exc:
+        raise SpecError(
+            Issue(_label("task_module", origins), str(exc), "Check the module name and its gym.register calls")
+        ) from None
 
 
 # ----------------------------------------------------------------------------------------------

@@ -67,6 +67,7 @@ NODE_RANGE_PATTERN = re.compile(r"(\d+):(\d+)")
 
 # Used with fullmatch: "$" alone would accept a trailing newline.
 RUN_NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
+MODULE_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 OVERRIDE_PATTERN = re.compile(r"^\+?[A-Za-z_][A-Za-z0-9_.\-]*=")  # "+key=value" adds a key on purpose
 ENV_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # The launchers set these per rank; a user value would silently be overwritten or break the group.
@@ -160,6 +161,8 @@ class RunSpec(_Frozen):
     lib: Lib = "rsl_rl"
     ml_framework: MLFramework = "torch"
     task: StrictStr = DEFAULT_TASK
+    # A module that registers tasks without being installed (read statically here, imported by ranks).
+    task_module: StrictStr | None = None
     num_envs: Count = TASKS[DEFAULT_TASK].default_num_envs
     seed: NonNegative = 42
     # Per run: every rank does this many updates. Ignored when ``total_env_steps`` is given (the
@@ -257,6 +260,18 @@ class RunSpec(_Frozen):
                 "task",
                 f"unknown task {value!r}",
                 f"{hint + ' ' if hint else ''}Known tasks: {', '.join(TASKS)}",
+            )
+        return value
+
+    @field_validator("task_module")
+    @classmethod
+    def _task_module(cls, value: str | None) -> str | None:
+        if value is not None and not MODULE_PATTERN.fullmatch(value):
+            raise _rule(
+                "task_module",
+                f"{value!r} is not a module name",
+                "Give a dotted module name such as my_tasks.reach (not a file path), importable from the working "
+                "directory",
             )
         return value
 

@@ -17,12 +17,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from islab.libs.registry import LIBRARIES
-from islab.tasks.registry import TASKS, TaskInfo, TaskRegistrationError, import_task, module_file, resource_path
+from islab.tasks.registry import (
+    TASKS,
+    TaskInfo,
+    TaskRegistrationError,
+    add_task_module,
+    import_task,
+    module_file,
+    resource_path,
+)
 
 __all__ = [
     "TASKS",
     "TaskInfo",
     "TaskRegistrationError",
+    "add_task_module",
     "agent_config_path",
     "import_task",
     "libraries_with_agent_config",

@@ -9,6 +9,9 @@ distribution's metadata, so nothing has to be imported to list it::
     [project.entry-points."islab.tasks"]
     "Islab-Cartpole-v0" = "islab.tasks.cartpole"
 
+A module that is not installed joins with ``--task-module MOD`` (:meth:`TaskTable.add_module`): it
+is looked up from the working directory as ``python -m`` would, and every rank imports it too.
+
 The launcher must validate ``--task`` and show ``islab-train tasks`` before torch is imported, but
 importing a task package imports gymnasium and its env module imports torch. So this module
 parses the package's ``__init__.py`` with :mod:`ast` instead: the ``register`` call's literal
@@ -23,6 +26,8 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import os
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -215,7 +220,8 @@ def read_task(task_id: str, package: str) -> TaskInfo:
 
 class TaskTable(Mapping[str, TaskInfo]):
     """Task id -> :class:`TaskInfo`, from the ``islab.tasks`` entry points of every installed
-    distribution; each registration is read the first time it is asked for."""
+    distribution, plus the tasks of modules added with :meth:`add_module` (``--task-module``);
+    each registration is read the first time it is asked for."""
 
     def __init__(self) -> None:
         self._packages: dict[str, str] | None = None
@@ -226,6 +232,22 @@ class TaskTable(Mapping[str, TaskInfo]):
         if self._packages is None:
             self._packages = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
         return self._packages
+
+    def add_module(self, module: str) -> list[str]:
+        """Announce the tasks that ``module`` registers (read statically) without installing a
+        package; returns their ids. An id that an installed package registers too stays with the
+        package is an error: a stray module must not shadow a task."""
+        ids = list(registrations(module))
+        if not ids:
+            raise TaskRegistrationError(
+                f"{module_file(module)} calls no gym.register(id=..., ...): a task module registers its tasks "
+                "the way Isaac Lab's task packages do"
+            )
+        for task_id in ids:
+            owner = self.packages.setdefault(task_id, module)
+            if owner != module:
+                raise TaskRegistrationError(f"{module} registers {task_id!r}, which {owner} already registers")
+        return ids
 
     def __getitem__(self, task_id: str) -> TaskInfo:
         if task_id not in self._infos:
@@ -243,6 +265,15 @@ class TaskTable(Mapping[str, TaskInfo]):
 
 
 TASKS = TaskTable()
+
+
+def add_task_module(module: str) -> list[str]:
+    """``--task-module``: announce ``module``'s tasks, finding it from the working directory as
+    ``python -m`` would. The launcher, ``islab-train tasks`` and every rank call this (torchrun
+    and skrl's launcher start the ranks in the launcher's working directory)."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    return TASKS.add_module(module)
 
 
 def import_task(task_id: str) -> TaskInfo:

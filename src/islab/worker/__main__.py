@@ -38,7 +38,7 @@ from islab import rundir
 from islab.agent_config import AgentConfigError, load_agent_config
 from islab.budget import Budget
 from islab.libs.registry import LIBRARIES, ML_FRAMEWORKS, apply_env_fixes, launcher_of
-from islab.tasks import TASKS
+from islab.tasks import TASKS, add_task_module
 from islab.worker.faults import maybe_inject_fault
 
 DEFAULT_PEER_TIMEOUT_S = 600.0
@@ -48,7 +48,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m islab.worker", description=__doc__.splitlines()[0])
     parser.add_argument("--lib", choices=tuple(LIBRARIES), required=True)
     parser.add_argument("--ml-framework", choices=ML_FRAMEWORKS, default="torch")
-    parser.add_argument("--task", choices=sorted(TASKS), required=True)
+    parser.add_argument("--task", required=True, help="a registered task id (see islab-train tasks)")
+    parser.add_argument(
+        "--task-module",
+        metavar="MOD",
+        help="import MOD from the working directory first: a module that registers tasks without being installed",
+    )
     parser.add_argument("--num-envs", type=int, required=True, help="environments on this rank")
     parser.add_argument("--seed", type=int, default=42, help="base seed; each rank adds its global rank")
     length = parser.add_mutually_exclusive_group(required=True)
@@ -87,6 +92,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="agent-config overrides")
     args = parser.parse_args(argv)
+    if args.task_module is not None:
+        add_task_module(args.task_module)
+    if args.task not in TASKS:
+        parser.error(f"--task {args.task!r} is not registered; known: {', '.join(TASKS)}")
     if launcher_of(args.lib, args.ml_framework) is None:
         parser.error(f"--ml-framework {args.ml_framework} is not available with --lib {args.lib}")
     for option, value in (("--max-iterations", args.max_iterations), ("--total-env-steps", args.total_env_steps)):
