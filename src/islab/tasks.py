@@ -34,6 +34,15 @@ TASKS: dict[str, TaskInfo] = {
         action_size=1,
         default_num_envs=4096,
     ),
+    "Islab-Quadcopter-v0": TaskInfo(
+        task_id="Islab-Quadcopter-v0",
+        env_entry_point="islab.envs.quadcopter_env:QuadcopterEnv",
+        cfg_entry_point="islab.envs.quadcopter_env:QuadcopterEnvCfg",
+        agent_config_name="quadcopter",
+        observation_size=12,
+        action_size=4,
+        default_num_envs=4096,
+    ),
 }
 
 
