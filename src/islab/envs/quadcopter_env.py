@@ -148,6 +148,11 @@ class QuadcopterEnv(DirectRLEnv):
         self._goal_span = torch.tensor((x_high, x_high, z_high), device=dev) - self._goal_low
         self.max_episode_length_s = cfg.episode_length_s
 
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict[str, torch.Tensor], dict]:
+        result = super().reset(seed, options)
+        self.final_distance_to_goal.fill_(math.nan)  # reset() ends no episode
+        return result
+
     # -- actions --------------------------------------------------------------------------------
 
     def _pre_physics_step(self, actions: torch.Tensor) -> None:
