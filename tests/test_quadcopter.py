@@ -13,7 +13,7 @@ import torch
 from test_e2e_training import PATHS, launch
 
 from islab.envs import make_env
-from islab.envs.quadcopter_env import QuadcopterEnv, QuadcopterEnvCfg, rotation_matrix
+from islab.envs.quadcopter_env import QuadcopterEnv, QuadcopterEnvCfg, median_final_distance, rotation_matrix
 from islab.tasks import TASKS
 
 TASK = "Islab-Quadcopter-v0"
@@ -254,23 +254,6 @@ def test_two_cpu_ranks_train_the_quadcopter_with_one_policy(tmp_path: Path, lib:
     assert summary["world_size"] == 2 and summary["iterations"] == 2
     digests = [json.loads((run_dir / "digests" / f"rank_{r}.json").read_text())["policy_sha256"] for r in (0, 1)]
     assert digests[0] == digests[1], "the two ranks ended with different policies"
-
-
-def median_final_distance(env: QuadcopterEnv, policy) -> float:
-    """Median over envs of the distance to the goal when each env's first episode ends (every
-    episode starts at step 0, so all envs run the full 10 s unless they crash first)."""
-    obs, _ = env.reset(seed=123)
-    env.episode_length_buf.zero_()
-    first = torch.full((env.num_envs,), math.nan)
-    seen = torch.zeros(env.num_envs, dtype=torch.bool)
-    with torch.no_grad():
-        for _ in range(env.max_episode_length):
-            obs, *_ = env.step(policy(obs["policy"]))
-            new = env.reset_buf & ~seen
-            first[new] = env.final_distance_to_goal[new]
-            seen |= env.reset_buf
-    assert seen.all()
-    return float(first.median())
 
 
 @pytest.mark.slow
