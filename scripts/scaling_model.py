@@ -60,7 +60,6 @@ library's rollout length. The script is pure: no clock, no randomness, no networ
 from __future__ import annotations
 
 import argparse
-import ast
 import itertools
 import json
 import math
@@ -70,7 +69,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from islab.agent_config import load_agent_config
+from islab.tasks import TASKS
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_JSON = ROOT / "docs" / "benchmarks.json"
@@ -142,7 +142,7 @@ ISAAC_LAB_ROLLOUT_FPS = {1: 490e3, 4: 2.1e6, 16: 8.2e6}
 ISAAC_LAB_TRAIN_FPS = {1: 260e3, 4: 950e3, 16: 3.5e6}
 ISAAC_LAB_GPUS_PER_NODE = 4  # "4 Nodes, 4 x L40 GPUs per node"; L40 has no NVLink
 # Isaac Lab's isaaclab_tasks/direct/cartpole/agents/rl_games_ppo_cfg.yaml (ours differs only in
-# these two, see the header of configs/agents/rl_games/cartpole.yaml)
+# these two, see the header of islab/tasks/cartpole/agents/rl_games_ppo_cfg.yaml)
 ISAAC_LAB_HORIZON, ISAAC_LAB_MINIBATCH = 32, 16384
 # Same page, Isaac-Velocity-Rough-G1-v0 (rsl_rl); its agent config (G1RoughPPORunnerCfg in
 # isaaclab_tasks/.../velocity/config/g1/agents/rsl_rl_ppo_cfg.py): 24 steps per env, 5 epochs x 4
@@ -156,32 +156,19 @@ G1_HORIZON, G1_UPDATES, G1_HIDDEN = 24, 5 * 4, (512, 256, 128)
 # inputs: configs, task sizes, measurements
 
 
-def _first_existing(paths: Sequence[Path]) -> Path:
-    for path in paths:
-        if path.is_file():
-            return path
-    raise FileNotFoundError(f"none of {[str(p) for p in paths]}")
+CARTPOLE = "Islab-Cartpole-v0"
 
 
 def agent_config(lib: str) -> dict[str, Any]:
-    """The Cartpole agent config of ``lib`` (``rl_games``, ``rsl_rl``, ``skrl``): the task folder's
-    ``agents/`` if the task registry layout is there, else ``configs/agents/``."""
-    paths = [ROOT / f"src/islab/tasks/cartpole/agents/{lib}_ppo_cfg.yaml", ROOT / f"configs/agents/{lib}/cartpole.yaml"]
-    return yaml.safe_load(_first_existing(paths).read_text(encoding="utf-8"))
+    """The Cartpole agent config of ``lib`` (``rl_games``, ``rsl_rl``, ``skrl``), from the task's
+    own registration (no torch: :mod:`islab.agent_config` only reads YAML)."""
+    return load_agent_config(lib, CARTPOLE)
 
 
 def task_sizes() -> tuple[int, int]:
-    """(observation size, action size) of Cartpole, read statically from its config class."""
-    path = _first_existing([ROOT / "src/islab/tasks/cartpole/cartpole_env.py", ROOT / "src/islab/envs/cartpole.py"])
-    found: dict[str, int] = {}
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        target = node.target if isinstance(node, ast.AnnAssign) else None
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target = node.targets[0]
-        value = getattr(node, "value", None)
-        if isinstance(target, ast.Name) and isinstance(value, ast.Constant) and isinstance(value.value, int):
-            found.setdefault(target.id, value.value)
-    return found["observation_space"], found["action_space"]
+    """(observation size, action size) of Cartpole, as the task registry reads them statically."""
+    info = TASKS[CARTPOLE]
+    return info.observation_size, info.action_size
 
 
 def mlp_params(sizes: Sequence[int]) -> int:

@@ -13,7 +13,7 @@ from islab.worker.__main__ import budget_for, parse_args
 
 TASK = "Islab-Cartpole-v0"
 
-# (library, the key an override sets, its value in configs/agents/<lib>/cartpole.yaml)
+# (library, the key an override sets, its value in src/islab/tasks/cartpole/agents/<lib>_ppo_cfg.yaml)
 ROLLOUTS = [
     pytest.param("rsl_rl", "num_steps_per_env", 16, id="rsl_rl"),
     pytest.param("rl_games", "params.config.horizon_length", 16, id="rl_games"),

@@ -10,7 +10,7 @@ What rsl_rl expects
   never calls ``reset()``: the env must be reset before the runner starts.
 * A ``train_cfg`` dict in 5.x layout: ``algorithm``/``actor``/``critic`` each a ``class_name`` plus
   constructor kwargs, ``obs_groups`` mapping the model inputs ("actor", "critic") to env groups,
-  ``num_steps_per_env``, ``save_interval``, ``logger``. See configs/agents/rsl_rl/cartpole.yaml.
+  ``num_steps_per_env``, ``save_interval``, ``logger``. See islab/tasks/cartpole/agents/rsl_rl_ppo_cfg.yaml.
 
 What we fix, and why
 --------------------
