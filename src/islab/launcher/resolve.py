@@ -34,7 +34,14 @@ from islab.agent_config import AgentConfigError, load_agent_config
 from islab.budget import rollout_length
 from islab.launcher.issues import Issue, SpecError, suggest
 from islab.launcher.spec import CHOICES, DEFAULT_TASK, FIELDS, INPUT_FIELDS, MODULE_PATTERN, Rendezvous, RunSpec
-from islab.tasks import TASKS, TaskRegistrationError, add_task_module, agent_config_path
+from islab.libs.registry import LIBRARIES
+from islab.tasks import (
+    TASKS,
+    TaskRegistrationError,
+    add_task_module,
+    agent_config_path,
+    libraries_with_agent_config,
+)
 
 
 class Source(str, Enum):
@@ -331,6 +338,15 @@ def _disk_issue(spec: RunSpec) -> Issue | None:
                 f"{str(path)!r} is neither a checkpoint file nor a run directory with checkpoints/latest.pt",
                 "Pass the run directory printed at the end of a run, or one of its checkpoints/*.pt files",
             )
+    configured = libraries_with_agent_config(spec.task)
+    if spec.lib not in configured:
+        return Issue(
+            "lib",
+            f"task {spec.task} has no {spec.lib} agent config (it has: {', '.join(configured) or 'none'})",
+            (f"Choose --lib {configured[0]}, or" if configured else "To train it with this library,")
+            + f" register {LIBRARIES[spec.lib].cfg_entry_point_key} in the task's gym.register kwargs "
+            f"with a YAML in {spec.lib}'s format",
+        )
     try:
         rollout_length(spec.lib, load_agent_config(spec.lib, spec.task, spec.overrides))
     except AgentConfigError as error:
