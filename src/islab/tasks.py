@@ -37,6 +37,31 @@ TASKS: dict[str, TaskInfo] = {
 }
 
 
+MJLAB_ENV_ENTRY_POINT = "islab.envs.mjlab_env:MjlabEnv"
+
+
+def _add_mjlab_tasks() -> None:
+    """With the [mjlab] extra, mjlab's registered tasks too: their ids read statically from the
+    installed mjlab (``islab.mjlab_tasks``: ~20 ms, torch-free), their agent configs from
+    ``islab/mjlab_tasks/agents``. Sizes are known only for the tasks that have configs."""
+    from islab.mjlab_tasks import DEFAULT_NUM_ENVS, KNOWN_SIZES, mjlab_task_ids
+
+    for task_id in mjlab_task_ids():
+        observation_size, action_size = KNOWN_SIZES.get(task_id, (0, 0))
+        TASKS.setdefault(
+            task_id,
+            TaskInfo(task_id, MJLAB_ENV_ENTRY_POINT, "mjlab.tasks.registry:load_env_cfg", task_id,
+                     observation_size, action_size, DEFAULT_NUM_ENVS),
+        )  # fmt: skip
+
+
+_add_mjlab_tasks()
+
+
+def is_mjlab(task_id: str) -> bool:
+    return task_id in TASKS and TASKS[task_id].env_entry_point == MJLAB_ENV_ENTRY_POINT
+
+
 def configs_dir() -> Path:
     """Where configs/ lives: inside the installed wheel, or at the repository root (editable)."""
     packaged = Path(__file__).with_name("configs")
@@ -46,6 +71,10 @@ def configs_dir() -> Path:
 
 
 def agent_config_path(lib: str, task_id: str) -> Path:
+    if is_mjlab(task_id):
+        from islab.mjlab_tasks import agent_config_path as mjlab_agent_config_path
+
+        return mjlab_agent_config_path(lib, task_id)
     return configs_dir() / "agents" / lib / f"{TASKS[task_id].agent_config_name}.yaml"
 
 

@@ -10,12 +10,12 @@ import importlib
 import gymnasium
 
 from islab.envs.base import DirectRLEnv, DirectRLEnvCfg
-from islab.tasks import TASKS
+from islab.tasks import TASKS, is_mjlab
 
 __all__ = ["DirectRLEnv", "DirectRLEnvCfg", "load_entry_point", "make_env"]
 
 for _info in TASKS.values():
-    if _info.task_id not in gymnasium.registry:
+    if _info.task_id not in gymnasium.registry and not is_mjlab(_info.task_id):
         gymnasium.register(
             id=_info.task_id,
             entry_point=_info.env_entry_point,
@@ -30,6 +30,10 @@ def load_entry_point(entry_point: str) -> type:
 
 
 def make_env(task_id: str, num_envs: int, device: str = "cpu", seed: int | None = None) -> DirectRLEnv:
+    if is_mjlab(task_id):  # mjlab builds its own env from its registry (islab.envs.mjlab_env)
+        from islab.envs.mjlab_env import make_mjlab_env
+
+        return make_mjlab_env(task_id, num_envs, device, seed)  # type: ignore[return-value]
     info = TASKS[task_id]
     cfg = load_entry_point(info.cfg_entry_point)(num_envs=num_envs, seed=seed)
     return load_entry_point(info.env_entry_point)(cfg, device=device)
