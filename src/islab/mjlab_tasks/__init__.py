@@ -106,6 +106,7 @@ def mjlab_task_ids() -> tuple[str, ...]:
 
 
 def agent_config_path(lib: str, task_id: str) -> Path:
-    """Where ``lib``'s config for ``task_id`` lives (the path may not exist: no config)."""
-    folder = AGENT_FOLDERS.get(task_id, "_none")
+    """Where ``lib``'s config for ``task_id`` lives (the path may not exist: no config; a task
+    without a folder points at ``agents/<task id>/``, where one would go)."""
+    folder = AGENT_FOLDERS.get(task_id, task_id)
     return AGENTS_DIR / folder / AGENT_CONFIG_FILE.format(lib=lib)
