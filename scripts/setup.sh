@@ -4,9 +4,9 @@
 # disk; a bare "torch" requirement would pull a multi-GB CUDA build. On a GPU machine, install the
 # torch build you want first and set ISLAB_TORCH_SPEC to it (e.g. ISLAB_TORCH_SPEC="torch").
 #
-# ISLAB_EXTRAS=mjlab also creates .venv-mjlab with the [mjlab] extra (mjlab pins rsl-rl-lib 5.4.2,
-# the main venv keeps 5.5.x: CI tests both). The torch pin goes in as a constraint so mjlab's
-# torchvision cannot replace the CPU torch with a CUDA build. ~45 s, +1.5 GB.
+# ISLAB_EXTRAS=mjlab creates .venv-mjlab instead, with the [mjlab] extra (mjlab pins rsl-rl-lib
+# 5.4.2, .venv keeps 5.5.x: CI tests both, in two parallel jobs). The torch pin goes in as a
+# constraint so mjlab's torchvision cannot replace the CPU torch with a CUDA build. mjlab: ~45 s, +1.5 GB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -32,7 +32,7 @@ install_venv() {  # install_venv DIR EXTRAS
     fi
 }
 
-install_venv .venv "dev,jax"
 case ",${ISLAB_EXTRAS:-}," in
     *,mjlab,*) install_venv .venv-mjlab "dev,jax,mjlab" ;;
+    *) install_venv .venv "dev,jax" ;;
 esac
