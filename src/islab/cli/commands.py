@@ -201,6 +201,7 @@ def tasks_command(
         add_task_module,
         agent_config_path,
         libraries_with_agent_config,
+        missing_extra,
     )
 
     if task_module is not None:
@@ -217,6 +218,8 @@ def tasks_command(
             "action_size": info.action_size,
             "default_num_envs": info.default_num_envs,
             "agent_configs": libraries_with_agent_config(task_id),
+            "extra": info.extra or None,
+            "extra_missing": missing_extra(task_id) is not None,
         }
         for task_id, info in TASKS.items()
     ]
@@ -226,17 +229,24 @@ def tasks_command(
         print(json.dumps(rows, indent=2))
         return
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="islab-train tasks", title_justify="left")
     for column in ("task", "package", "obs", "actions", "default num_envs", "agent configs (--lib)"):
         table.add_column(column)
     for row in rows:
+        configs = ", ".join(row["agent_configs"]) or "none"
         table.add_row(
             row["task"], row["package"], str(row["observation_size"]), str(row["action_size"]),
-            str(row["default_num_envs"]), ", ".join(row["agent_configs"]) or "none",
+            str(row["default_num_envs"]), escape(f"needs [{row['extra']}]") if row["extra_missing"] else configs,
         )  # fmt: skip
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
     console.print(table)
+    from islab.launcher.resolve import install_extra_hint
+
+    for extra in sorted({row["extra"] for row in rows if row["extra_missing"]}):
+        hint = install_extra_hint(extra)
+        console.print(f"[{extra}] is not installed, so its tasks are refused. {hint}.", markup=False)
     example = next(iter(TASKS))
     console.print(f"Agent configs live in each task's agents/ folder, e.g. {agent_config_path('rsl_rl', example)}")

@@ -41,6 +41,7 @@ from islab.tasks import (
     add_task_module,
     agent_config_path,
     libraries_with_agent_config,
+    missing_extra,
 )
 
 
@@ -325,9 +326,18 @@ def _env_label(dotted: str, origins: Mapping[str, str]) -> str:
 # ----------------------------------------------------------------------------------------------
 
 
+def install_extra_hint(extra: str) -> str:
+    """How to install an extra without letting its dependencies replace the user's torch."""
+    return (
+        f"Install it with your torch pinned: echo \"torch==$(python -c 'import torch; print(torch.__version__)')\" "
+        f"> torch-pin.txt && python -m pip install -c torch-pin.txt 'islab-train[{extra}]'"
+    )
+
+
 def _disk_issue(spec: RunSpec) -> Issue | None:
-    """The agent config must take the overrides and give a rollout length (it turns iterations
-    into env steps for the budget the dry run shows); a ``--resume`` path must hold a checkpoint."""
+    """The task's extra must be installed (checked without importing it); the agent config must
+    take the overrides and give a rollout length (it turns iterations into env steps for the budget
+    the dry run shows); a ``--resume`` path must hold a checkpoint."""
     if spec.resume is not None and spec.node_rank in (None, 0):
         # Only node 0 reads the checkpoint (it broadcasts it), so other nodes need not have it.
         path = Path(spec.resume)
@@ -338,6 +348,10 @@ def _disk_issue(spec: RunSpec) -> Issue | None:
                 f"{str(path)!r} is neither a checkpoint file nor a run directory with checkpoints/latest.pt",
                 "Pass the run directory printed at the end of a run, or one of its checkpoints/*.pt files",
             )
+    extra = missing_extra(spec.task)
+    if extra is not None:
+        return Issue("task", f"{spec.task} needs the [{extra}] extra, which is not installed (no module {extra!r})",
+                     install_extra_hint(extra))  # fmt: skip
     configured = libraries_with_agent_config(spec.task)
     if spec.lib not in configured:
         return Issue(
