@@ -1,0 +1,127 @@
+"""Two real gloo ranks on CPU (torch.multiprocessing), each training a library adapter twice in the
+same process group: once with ``ISLAB_SYNC=stock``, once with ``ISLAB_SYNC=fused``, from the same
+seed. Every ``torch.distributed`` collective is counted in-process (the bench probe's list), per
+training iteration. Used by tests/test_fused_sync.py.
+
+Result per rank (``rank_<r>.pt``, weights_only): for each mode, the policy state, the collective
+calls of each iteration after the first, and the learning rates seen.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+TASK = "Islab-Cartpole-v0"
+
+
+def count_collectives(counter: list[int], names: list[str]) -> None:
+    """Wrap every torch.distributed collective so each call adds 1 to ``counter[0]`` and its name to ``names``."""
+    sys.path.insert(0, str(ROOT / "scripts" / "bench_hooks"))
+    import torch.distributed as dist
+    from _islab_bench_probe import COLLECTIVES  # the bench's own list: one home
+
+    for name in COLLECTIVES:
+        function = getattr(dist, name, None)
+        if function is None:
+            continue
+
+        @functools.wraps(function)
+        def counted(*args: Any, _function: Any = function, **kwargs: Any) -> Any:
+            counter[0] += 1
+            names.append(_function.__name__)
+            if os.environ.get("FUSED_DEBUG") and os.environ.get("ISLAB_SYNC") == "fused" and os.environ["RANK"] == "0":
+                import traceback
+
+                print("COLL", " <- ".join(f"{f.name}:{f.lineno}" for f in traceback.extract_stack()[-5:-1]))
+            return _function(*args, **kwargs)
+
+        setattr(dist, name, counted)
+
+
+def learning_rate(adapter: Any) -> float:
+    """The rate the optimizer will use next (every library keeps it in its param groups)."""
+    if adapter.name == "rsl_rl":
+        return float(adapter.runner.alg.optimizer.param_groups[0]["lr"])
+    if adapter.name == "rl_games":
+        return float(adapter.agent.optimizer.param_groups[0]["lr"])
+    return float(adapter.agent.optimizer.param_groups[0]["lr"])
+
+
+def track_iterations(adapter: Any, counter: list[int], marks: list[int], rates: list[float]) -> None:
+    """At every iteration's report: the collective count so far and the learning rate."""
+    report = adapter.report_iteration
+
+    def reported(*args: Any, **kwargs: Any) -> None:
+        marks.append(counter[0])
+        rates.append(learning_rate(adapter))
+        report(*args, **kwargs)
+
+    adapter.report_iteration = reported
+
+
+def rank_main(rank: int, world: int, port: int, job: dict[str, Any]) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_WORLD_SIZE=str(world),
+        GIT_PYTHON_REFRESH="quiet",
+        OMP_NUM_THREADS="1",
+    )
+    counter: list[int] = [0]
+    names: list[str] = []
+    count_collectives(counter, names)
+    import torch
+
+    from islab.agent_config import load_agent_config
+    from islab.envs import make_env
+    from islab.libs import load_adapter
+    from islab.worker.context import RankContext, configure_process, init_process_group
+
+    ctx = RankContext.from_environ("cpu", job["seed"])
+    init_process_group(ctx)
+    adapter_class = load_adapter(job["lib"], "torch")
+    out: dict[str, Any] = {}
+    for mode in job["modes"]:
+        os.environ["ISLAB_SYNC"] = mode
+        configure_process(ctx)  # same seeds for both modes
+        torch.set_num_threads(1)
+        env = make_env(TASK, job["num_envs"], ctx.device, seed=ctx.seed)
+        agent_cfg = load_agent_config(job["lib"], TASK, tuple(job["overrides"]))
+        adapter = adapter_class(ctx, env, agent_cfg, Path(job["out"]) / mode)
+        marks: list[int] = []
+        rates: list[float] = []
+        track_iterations(adapter, counter, marks, rates)
+        adapter.train(job["iterations"])
+        out[mode] = {
+            "state": {k: torch.as_tensor(v).detach().clone() for k, v in adapter.policy_state().items()},
+            "calls": [b - a for a, b in itertools.pairwise(marks)],
+            "rates": rates,
+            "fused": bool(adapter.fused_sync),
+            "last_names": names[marks[-2] : marks[-1]] if len(marks) > 1 else [],
+        }
+    torch.save(out, Path(job["out"]) / f"rank_{rank}.pt")
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
+def run_two_ranks(job: dict[str, Any]) -> list[dict[str, Any]]:
+    """Spawn 2 ranks running ``job``; return each rank's result dict."""
+    import torch
+    import torch.multiprocessing as mp
+
+    try:
+        from islab.launcher.supervise import find_free_port
+    except ImportError:  # before the launcher modules moved into islab.launcher
+        from islab.supervise import find_free_port
+
+    mp.spawn(rank_main, args=(2, find_free_port(), job), nprocs=2, join=True)
+    return [torch.load(Path(job["out"]) / f"rank_{r}.pt", weights_only=True) for r in (0, 1)]
