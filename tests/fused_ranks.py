@@ -1,10 +1,10 @@
-"""Two real gloo ranks on CPU (torch.multiprocessing), each training a library adapter twice in the
-same process group: once with ``ISLAB_SYNC=stock``, once with ``ISLAB_SYNC=fused``, from the same
-seed. Every ``torch.distributed`` collective is counted in-process (the bench probe's list), per
-training iteration. Used by tests/test_fused_sync.py.
+"""Two real gloo ranks on CPU (torch.multiprocessing) training library adapters with one
+``ISLAB_SYNC`` mode, from a fixed seed; tests/test_fused_sync.py runs it once per mode and compares.
+Every ``torch.distributed`` collective is counted in-process (the bench probe's list of them).
 
-Result per rank (``rank_<r>.pt``, weights_only): for each mode, the policy state, the collective
-calls of each iteration after the first, and the learning rates seen.
+Result per rank (``<out>/<mode>/rank_<r>.pt``, weights_only), per library: the policy state, the
+collective calls of each iteration after the first (and the names in the last one), the learning
+rate after each iteration, and whether the adapter took the fused path.
 """
 
 from __future__ import annotations
@@ -35,10 +35,6 @@ def count_collectives(counter: list[int], names: list[str]) -> None:
         def counted(*args: Any, _function: Any = function, **kwargs: Any) -> Any:
             counter[0] += 1
             names.append(_function.__name__)
-            if os.environ.get("FUSED_DEBUG") and os.environ.get("ISLAB_SYNC") == "fused" and os.environ["RANK"] == "0":
-                import traceback
-
-                print("COLL", " <- ".join(f"{f.name}:{f.lineno}" for f in traceback.extract_stack()[-5:-1]))
             return _function(*args, **kwargs)
 
         setattr(dist, name, counted)
@@ -65,6 +61,32 @@ def track_iterations(adapter: Any, counter: list[int], marks: list[int], rates: 
     adapter.report_iteration = reported
 
 
+def train_one(ctx: Any, lib: str, run: dict[str, Any], out_dir: Path, counter: list[int], names: list[str]) -> dict:
+    import torch
+
+    from islab.agent_config import load_agent_config
+    from islab.envs import make_env
+    from islab.libs import load_adapter
+    from islab.worker.context import configure_process
+
+    configure_process(ctx)  # the same seeds in both modes
+    torch.set_num_threads(1)
+    env = make_env(TASK, run["num_envs"], ctx.device, seed=ctx.seed)
+    agent_cfg = load_agent_config(lib, TASK, tuple(run.get("overrides", ())))
+    adapter = load_adapter(lib, "torch")(ctx, env, agent_cfg, out_dir / lib)
+    marks: list[int] = []
+    rates: list[float] = []
+    track_iterations(adapter, counter, marks, rates)
+    adapter.train(run["iterations"])
+    return {
+        "state": {k: torch.as_tensor(v).detach().clone() for k, v in adapter.policy_state().items()},
+        "calls": [b - a for a, b in itertools.pairwise(marks)],
+        "names": names[marks[-2] : marks[-1]] if len(marks) > 1 else [],
+        "rates": rates,
+        "fused": bool(adapter.fused_sync),
+    }
+
+
 def rank_main(rank: int, world: int, port: int, job: dict[str, Any]) -> None:
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
@@ -74,47 +96,28 @@ def rank_main(rank: int, world: int, port: int, job: dict[str, Any]) -> None:
         WORLD_SIZE=str(world),
         LOCAL_WORLD_SIZE=str(world),
         GIT_PYTHON_REFRESH="quiet",
-        OMP_NUM_THREADS="1",
+        ISLAB_SYNC=job["mode"],
     )
     counter: list[int] = [0]
     names: list[str] = []
     count_collectives(counter, names)
     import torch
 
-    from islab.agent_config import load_agent_config
-    from islab.envs import make_env
-    from islab.libs import load_adapter
-    from islab.worker.context import RankContext, configure_process, init_process_group
+    from islab.worker.context import RankContext, init_process_group
 
     ctx = RankContext.from_environ("cpu", job["seed"])
     init_process_group(ctx)
-    adapter_class = load_adapter(job["lib"], "torch")
-    out: dict[str, Any] = {}
-    for mode in job["modes"]:
-        os.environ["ISLAB_SYNC"] = mode
-        configure_process(ctx)  # same seeds for both modes
-        torch.set_num_threads(1)
-        env = make_env(TASK, job["num_envs"], ctx.device, seed=ctx.seed)
-        agent_cfg = load_agent_config(job["lib"], TASK, tuple(job["overrides"]))
-        adapter = adapter_class(ctx, env, agent_cfg, Path(job["out"]) / mode)
-        marks: list[int] = []
-        rates: list[float] = []
-        track_iterations(adapter, counter, marks, rates)
-        adapter.train(job["iterations"])
-        out[mode] = {
-            "state": {k: torch.as_tensor(v).detach().clone() for k, v in adapter.policy_state().items()},
-            "calls": [b - a for a, b in itertools.pairwise(marks)],
-            "rates": rates,
-            "fused": bool(adapter.fused_sync),
-            "last_names": names[marks[-2] : marks[-1]] if len(marks) > 1 else [],
-        }
-    torch.save(out, Path(job["out"]) / f"rank_{rank}.pt")
+    out_dir = Path(job["out"]) / job["mode"]
+    # The libraries train one after the other in the same order in both modes: a library's run
+    # starts from the process state the previous ones left (skrl's imports seed, for one).
+    out = {lib: train_one(ctx, lib, run, out_dir, counter, names) for lib, run in job["libs"].items()}
+    torch.save(out, out_dir / f"rank_{rank}.pt")
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 
 
 def run_two_ranks(job: dict[str, Any]) -> list[dict[str, Any]]:
-    """Spawn 2 ranks running ``job``; return each rank's result dict."""
+    """Spawn 2 ranks running ``job`` (``mode``: stock or fused); return each rank's result dict."""
     import torch
     import torch.multiprocessing as mp
 
@@ -124,4 +127,5 @@ def run_two_ranks(job: dict[str, Any]) -> list[dict[str, Any]]:
         from islab.supervise import find_free_port
 
     mp.spawn(rank_main, args=(2, find_free_port(), job), nprocs=2, join=True)
-    return [torch.load(Path(job["out"]) / f"rank_{r}.pt", weights_only=True) for r in (0, 1)]
+    out_dir = Path(job["out"]) / job["mode"]
+    return [torch.load(out_dir / f"rank_{r}.pt", weights_only=True) for r in (0, 1)]
