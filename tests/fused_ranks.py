@@ -46,6 +46,8 @@ def learning_rate(adapter: Any) -> float:
         return float(adapter.runner.alg.optimizer.param_groups[0]["lr"])
     if adapter.name == "rl_games":
         return float(adapter.agent.optimizer.param_groups[0]["lr"])
+    if hasattr(adapter.agent, "policy_learning_rate"):  # skrl-JAX keeps its rates itself
+        return float(adapter.agent.policy_learning_rate)
     return float(adapter.agent.optimizer.param_groups[0]["lr"])
 
 
@@ -73,7 +75,7 @@ def train_one(ctx: Any, lib: str, run: dict[str, Any], out_dir: Path, counter: l
     torch.set_num_threads(1)
     env = make_env(TASK, run["num_envs"], ctx.device, seed=ctx.seed)
     agent_cfg = load_agent_config(lib, TASK, tuple(run.get("overrides", ())))
-    adapter = load_adapter(lib, "torch")(ctx, env, agent_cfg, out_dir / lib)
+    adapter = load_adapter(lib, run.get("framework", "torch"))(ctx, env, agent_cfg, out_dir / lib)
     marks: list[int] = []
     rates: list[float] = []
     track_iterations(adapter, counter, marks, rates)
@@ -87,17 +89,48 @@ def train_one(ctx: Any, lib: str, run: dict[str, Any], out_dir: Path, counter: l
     }
 
 
+def count_jax_collectives(counter: list[int], names: list[str]) -> None:
+    """skrl-JAX's collectives all go through islab's two cached pmaps: count their calls."""
+    import islab.libs.skrl_jax as module
+
+    for name in ("_psum_across_processes", "_all_gather_across_processes"):
+        build = getattr(module, name)
+
+        def counting(_build: Any = build, _name: str = name) -> Any:
+            pmapped = _build()
+
+            def call(*args: Any, **kwargs: Any) -> Any:
+                counter[0] += 1
+                names.append(_name)
+                return pmapped(*args, **kwargs)
+
+            return call
+
+        setattr(module, name, counting)
+
+
 def rank_main(rank: int, world: int, port: int, job: dict[str, Any]) -> None:
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_WORLD_SIZE=str(world),
-        GIT_PYTHON_REFRESH="quiet",
-        ISLAB_SYNC=job["mode"],
-    )
+    os.environ.update(GIT_PYTHON_REFRESH="quiet", ISLAB_SYNC=job["mode"])
+    jax_ranks = job.get("framework") == "jax"
+    if jax_ranks:  # what skrl's JAX launcher exports; skrl joins jax.distributed at import
+        os.environ.update(
+            JAX_RANK=str(rank),
+            JAX_LOCAL_RANK=str(rank),
+            JAX_WORLD_SIZE=str(world),
+            JAX_COORDINATOR_ADDR="127.0.0.1",
+            JAX_COORDINATOR_PORT=str(port),
+            JAX_PLATFORMS="cpu",
+            XLA_PYTHON_CLIENT_PREALLOCATE="false",
+        )
+    else:
+        os.environ.update(
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            WORLD_SIZE=str(world),
+            LOCAL_WORLD_SIZE=str(world),
+        )
     counter: list[int] = [0]
     names: list[str] = []
     count_collectives(counter, names)
@@ -106,14 +139,18 @@ def rank_main(rank: int, world: int, port: int, job: dict[str, Any]) -> None:
     from islab.worker.context import RankContext, init_process_group
 
     ctx = RankContext.from_environ("cpu", job["seed"])
-    init_process_group(ctx)
+    if jax_ranks:
+        count_jax_collectives(counter, names)
+    else:
+        init_process_group(ctx)
     out_dir = Path(job["out"]) / job["mode"]
     # The libraries train one after the other in the same order in both modes: a library's run
     # starts from the process state the previous ones left (skrl's imports seed, for one).
     out = {lib: train_one(ctx, lib, run, out_dir, counter, names) for lib, run in job["libs"].items()}
     torch.save(out, out_dir / f"rank_{rank}.pt")
-    torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
+    if not jax_ranks:
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 def run_two_ranks(job: dict[str, Any]) -> list[dict[str, Any]]:
