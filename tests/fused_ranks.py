@@ -158,10 +158,7 @@ def run_two_ranks(job: dict[str, Any]) -> list[dict[str, Any]]:
     import torch
     import torch.multiprocessing as mp
 
-    try:
-        from islab.launcher.supervise import find_free_port
-    except ImportError:  # before the launcher modules moved into islab.launcher
-        from islab.supervise import find_free_port
+    from islab.launcher.probes import find_free_port
 
     mp.spawn(rank_main, args=(2, find_free_port(), job), nprocs=2, join=True)
     out_dir = Path(job["out"]) / job["mode"]
