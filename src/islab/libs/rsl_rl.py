@@ -340,3 +340,20 @@ class RslRlAdapter(LibraryAdapter):
         # obs_normalization is on, the normalizer's mean/var/std/count buffers.
         actor = self.runner.alg.get_policy()
         return {f"actor.{key}": value.detach().clone() for key, value in actor.state_dict().items()}
+
+    def deterministic_actions(self, observations: torch.Tensor) -> torch.Tensor:
+        policy = self.runner.get_inference_policy(self.ctx.device)  # eval mode: normalizer frozen
+        with torch.no_grad():
+            return policy(TensorDict({"policy": observations}, batch_size=[observations.shape[0]]))
+
+    def inference_module(self) -> torch.nn.Module:
+        from islab.policy.modules import DeterministicPolicy, frozen_copy
+
+        # rsl_rl's own export form (what its export_policy_to_jit scripts): a copy of the actor's
+        # observation normalizer, MLP and mean extraction.
+        actor = self.runner.alg.get_policy()
+        exported = frozen_copy(actor.as_jit())
+        normalizer = exported.obs_normalizer if actor.obs_normalization else None
+        return DeterministicPolicy(
+            torch.nn.Sequential(exported.mlp, exported.deterministic_output), normalizer=normalizer
+        )
