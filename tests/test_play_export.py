@@ -109,7 +109,7 @@ def test_play_is_the_deterministic_policy_and_writes_eval_json(trained_run: Path
     assert done.returncode == 0, done.stderr[-3000:]
     printed = json.loads(done.stdout)
     written = json.loads((trained_run / rundir.EVAL_FILE).read_text())
-    assert printed == written and EVAL_KEYS <= set(written)
+    assert printed == written and set(written) >= EVAL_KEYS
     assert written["episodes"] == 6 and written["checkpoint_iteration"] == 2
     ret, length = written["return"], written["length"]
     assert 1 <= length["min"] <= length["mean"] <= length["max"] <= written["max_episode_length"]
@@ -137,7 +137,8 @@ def test_play_is_the_deterministic_policy_and_writes_eval_json(trained_run: Path
 def fake_run(tmp_path: Path, progress: list[dict] | None = None, checkpoints: tuple[str, ...] = ()) -> Path:
     run_dir = tmp_path / "run"
     (run_dir / rundir.CHECKPOINTS_DIR).mkdir(parents=True)
-    rundir.write_yaml(run_dir / rundir.SPEC_FILE, {"lib": "rsl_rl", "ml_framework": "torch", "task": "Islab-Cartpole-v0"})
+    spec = {"lib": "rsl_rl", "ml_framework": "torch", "task": "Islab-Cartpole-v0"}
+    rundir.write_yaml(run_dir / rundir.SPEC_FILE, spec)
     rundir.write_yaml(run_dir / rundir.AGENT_FILE, {"seed": 1})
     for record in progress or ():
         rundir.ProgressWriter(run_dir).append(record)
@@ -157,7 +158,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, islab) -> None:
         (("play", str(run_dir), "--device", "tpu"), "error: --device:"),
     ]
     for args, start in cases:
-        code, out, err = islab(*args)
+        code, _out, err = islab(*args)
         assert code == 2, args
         assert err.startswith(start) and err.count("\n") == 1, (args, err)
     assert not (run_dir / rundir.EVAL_FILE).exists() and not (run_dir / rundir.EXPORT_DIR).exists()
