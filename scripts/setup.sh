@@ -25,7 +25,7 @@ install_venv() {  # install_venv DIR EXTRAS
         "$venv/bin/python" -c 'import torch; print(f"torch=={torch.__version__}")' > "$pin"
         local constraints=(-c "$pin")
         # The main venv installs CI's exact versions; the mjlab venv lets mjlab pick rsl-rl-lib.
-        [ "$extras" = "dev,jax" ] && constraints+=(-c .ci/constraints.txt)
+        [ "$venv" = .venv ] && constraints+=(-c .ci/constraints.txt)
         "$venv/bin/python" -m pip install --quiet "${constraints[@]}" -e ".[$extras]"
         rm -f "$pin"
         touch "$stamp"
@@ -34,5 +34,5 @@ install_venv() {  # install_venv DIR EXTRAS
 
 case ",${ISLAB_EXTRAS:-}," in
     *,mjlab,*) install_venv .venv-mjlab "dev,jax,mjlab" ;;
-    *) install_venv .venv "dev,jax" ;;
+    *) install_venv .venv "dev,jax,onnx" ;;
 esac
