@@ -21,6 +21,7 @@ Decisions are pure functions (:func:`plain_line`, :func:`eta_s`, :func:`summary_
 from __future__ import annotations
 
 import math
+import os
 import re
 import shlex
 import threading
@@ -131,21 +132,10 @@ def plain_line(record: Mapping[str, Any]) -> str:
     )
 
 
-def resume_command(argv: Sequence[str], run_dir: str) -> str:
-    """The command that continues this run (``--resume`` replaces any earlier one)."""
-    kept: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-            continue
-        if arg == "--resume":
-            skip = True
-            continue
-        if arg.startswith("--resume="):
-            continue
-        kept.append(arg)
-    return shlex.join(["islab-train", *kept, "--resume", run_dir])
+def resume_command(run_dir: str) -> str:
+    """The command that continues this run: the run directory alone (its stored spec holds the
+    rest, see :mod:`islab.launcher.resumed`), absolute so that it works from any directory."""
+    return shlex.join(["islab-train", "--resume", os.path.abspath(run_dir)])
 
 
 def summary_rows(summary: Mapping[str, Any], run_dir: str, resume: str | None) -> list[tuple[str, str]]:
