@@ -218,6 +218,22 @@ def test_curves_keep_the_last_record_of_a_redone_iteration(tmp_path, monkeypatch
     assert plotted[0] == ([1, 2, 3, 4], [1.0, 2.0, 30.0, 40.0])
 
 
+def test_curves_mark_each_resume(tmp_path, monkeypatch):
+    import matplotlib.axes
+
+    marks = []
+    original = matplotlib.axes.Axes.axvline
+    monkeypatch.setattr(
+        matplotlib.axes.Axes, "axvline", lambda self, x, **kw: marks.append(x) or original(self, x, **kw)
+    )
+    # each process reports time_s from its own start: 3 iterations, then a resume at 4, another at 6
+    records = [{"iteration": i, "mean_return": 1.0, "time_s": t} for i, t in
+               [(1, 1.0), (2, 2.0), (3, 3.0), (4, 0.5), (5, 1.5), (6, 0.4)]]  # fmt: skip
+    assert display.resume_points(records) == [4, 6]
+    assert display.write_curves(records, tmp_path / "curves.png").is_file()
+    assert sorted(set(marks)) == [3.5, 5.5] and len(marks) == 4  # on both plots
+
+
 def test_summary_shows_the_checkpoint_resume_uses():
     from islab.launcher.console import summary_rows
 
