@@ -79,7 +79,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HOOKS = ROOT / "scripts" / "bench_hooks"
 TASK = "Islab-Cartpole-v0"
 SOLVED_RETURN = 270.0
-SECTIONS = ("env", "train", "tts", "cli")
+SECTIONS = ("env", "train", "sync", "tts", "cli")
 
 # (lib, ml_framework) -> label; the order is the order of the report
 LIBS: dict[str, tuple[str, str]] = {
@@ -654,6 +654,7 @@ class Options:
     tts_max_iterations: int
     tts_timeout_s: float
     sections: list[str]
+    sync_envs: int = 4096
     work_dir: str = ""
     quick: bool = False
     launch_counter: int = 0
@@ -843,6 +844,9 @@ def render_markdown(report: dict[str, Any]) -> str:
             )
             add("")
 
+    if report.get("sync"):
+        render_sync(add, report["sync"])
+
     tts = report.get("tts")
     if tts:
         add(f"## 5. Time to solve ({tts['lib']}, mean episode return >= {tts['threshold']:.0f})")
@@ -907,6 +911,129 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# --------------------------------------------------------------------------------------------
+# 8: stock vs fused gradient/KL/normalizer sync (issue 13), side by side in one run
+
+
+def updates_per_iteration(label: str, num_envs: int) -> int:
+    """Optimizer updates (minibatches) per training iteration of ``label``'s Cartpole config."""
+    from islab.agent_config import load_agent_config
+    from islab.budget import rollout_length
+
+    lib = LIBS[label][0]
+    cfg = load_agent_config(lib, TASK)
+    if lib == "rsl_rl":
+        return int(cfg["algorithm"]["num_learning_epochs"]) * int(cfg["algorithm"]["num_mini_batches"])
+    if lib == "rl_games":
+        from islab.libs.rl_games import fit_minibatch_size
+
+        config = cfg["params"]["config"]
+        batch = num_envs * rollout_length(lib, cfg)
+        return int(config["mini_epochs"]) * (batch // fit_minibatch_size(int(config["minibatch_size"]), batch))
+    return int(cfg["agent"]["learning_epochs"]) * int(cfg["agent"]["mini_batches"])
+
+
+@contextlib.contextmanager
+def sync_mode(mode: str) -> Any:
+    """``ISLAB_SYNC`` for the launches inside the block (launch() copies os.environ)."""
+    previous = os.environ.get("ISLAB_SYNC")
+    os.environ["ISLAB_SYNC"] = mode
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("ISLAB_SYNC", None)
+        else:
+            os.environ["ISLAB_SYNC"] = previous
+
+
+def run_sync_section(opts: Options) -> dict[str, Any]:
+    """Per library and run: 1 rank, n ranks with ``ISLAB_SYNC=stock``, n ranks with
+    ``ISLAB_SYNC=fused``, and n independent 1-rank jobs (the machine ceiling), back to back."""
+    n, envs = opts.scale_nproc, opts.sync_envs
+    modes = ("stock", "fused")
+    out: dict[str, Any] = {"libs": {}, "num_envs": envs, "nproc": n}
+    for lib in opts.libs:
+        warmup, measured = opts.iterations[lib]
+        one: list[LaunchResult] = []
+        many: dict[str, list[LaunchResult]] = {m: [] for m in modes}
+        ceiling: list[float | None] = []
+        for run in range(opts.train_runs):
+            print(f"[bench] sync run {run + 1}/{opts.train_runs}: {lib} 1 rank, {n} ranks stock/fused", file=sys.stderr)
+            one.append(launch(opts, lib, 1, envs, warmup + measured))
+            for mode in modes if run % 2 == 0 else modes[::-1]:
+                with sync_mode(mode):
+                    many[mode].append(launch(opts, lib, n, envs, warmup + measured))
+            if opts.device == "cpu":
+                group = launch_independent(opts, lib, n, envs, warmup + measured)
+                rates = [r.steps_per_s(warmup) for r in group]
+                alone = one[-1].steps_per_s(warmup)
+                ceiling.append(sum(rates) / (n * alone) if None not in rates and alone else None)
+        sps1 = [r.steps_per_s(warmup) for r in one]
+        row: dict[str, Any] = {
+            "updates_per_iteration": updates_per_iteration(lib, envs),
+            "machine_ceiling": median(ceiling),
+        }
+        for mode in modes:
+            runs = many[mode]
+            spsn = [r.steps_per_s(warmup) for r in runs]
+            scaling = [a / (n * b) if a and b else None for a, b in zip(spsn, sps1, strict=True)]
+            calls = [c for r in runs if (c := r.collective_calls(warmup, 0)) is not None]
+            row[mode] = {
+                "steps_per_s": median(r.steps_per_s(warmup) for r in runs),
+                "collectives_per_iteration": median(c[0] for c in calls),
+                "sync_share": median(_worst_rank_share(r, warmup) for r in runs),
+                "scaling": median(scaling),
+                "scaling_of_ceiling": (
+                    median(scaling) / median(ceiling) if median(scaling) and median(ceiling) else None
+                ),
+                "returncodes": [r.returncode for r in runs],
+            }
+        row["steps_per_s_1rank"] = median(sps1)
+        out["libs"][lib] = row
+    return out
+
+
+SYNC_GOALS = {"rsl_rl": 0.95, "skrl-torch": 0.95, "rl_games": 0.90, "skrl-jax": 0.90}
+
+
+def render_sync(add: Callable[[str], None], sync: dict[str, Any]) -> None:
+    n = sync["nproc"]
+    add(f"## 8. Stock vs fused sync ({sync['num_envs']} envs per rank, {n} ranks; `ISLAB_SYNC=stock|fused`)")
+    add("")
+    add(
+        "| library | updates per iteration | collectives per iteration, stock / fused (goal <= updates + 2) | "
+        f"sync share, stock / fused | {n}-rank steps/s, stock / fused | scaling, stock / fused | machine ceiling | "
+        "scaling / ceiling, stock / fused (goal) |"
+    )
+    add("|---|---|---|---|---|---|---|---|")
+    for lib, row in sync["libs"].items():
+        st, fu = row["stock"], row["fused"]
+        updates = row["updates_per_iteration"]
+        goal = SYNC_GOALS.get(lib, 0.95)
+        count_ok = verdict(fu["collectives_per_iteration"], updates + 2, False)
+        add(
+            f"| {lib} | {updates} | {fmt(st['collectives_per_iteration'], 0)} / "
+            f"{fmt(fu['collectives_per_iteration'], 0)} ({count_ok}) | "
+            f"{fmt(_pct(st['sync_share']), 1, '%')} / {fmt(_pct(fu['sync_share']), 1, '%')} | "
+            f"{fmt_rate(st['steps_per_s'])} / {fmt_rate(fu['steps_per_s'])} | "
+            f"{fmt(st['scaling'], 3)} / {fmt(fu['scaling'], 3)} | {fmt(row['machine_ceiling'], 3)} | "
+            f"{fmt(st['scaling_of_ceiling'], 3)} / {fmt(fu['scaling_of_ceiling'], 3)} "
+            f"(>= {goal}: {verdict(fu['scaling_of_ceiling'], goal, True)}) |"
+        )
+    add("")
+    add(
+        "Same launches as sections 2-4, with `ISLAB_SYNC=stock` (each library's own collectives plus islab's "
+        "normalizer sync) and `ISLAB_SYNC=fused` (the default: gradients, KL and learning-rate agreement in one "
+        "all-reduce per optimizer update; the normalizer statistics of an iteration in one more; "
+        "`src/islab/libs/fused_sync.py`), run back to back in alternating order. Collectives per iteration: every "
+        "torch.distributed call, and for skrl-JAX every call of islab's cached psum / all_gather pmaps, on rank 0 "
+        "per measured iteration. Scaling: steps/s(n ranks) / (n x steps/s(1 rank)) of the same run; the machine "
+        "ceiling as in section 3."
+    )
+    add("")
+
+
 def _worst(values: Iterable[float | None]) -> float | None:
     kept = [x for x in values if x is not None]
     return max(kept) if kept else None
@@ -934,6 +1061,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--libs", nargs="+", choices=list(LIBS), help="libraries to train (default: all four)")
     parser.add_argument("--sections", nargs="+", choices=SECTIONS, help="default: all")
+    parser.add_argument("--sync-envs", type=int, help="envs per rank for the stock-vs-fused section (default 4096)")
     parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                         help="include the torch.compile'd env (default: on, off with --quick)")  # fmt: skip
     parser.add_argument("--out", type=Path, help="write the Markdown report here (it is always printed)")
@@ -948,6 +1076,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     opts = build_options(args)
+    if args.sync_envs:
+        opts.sync_envs = args.sync_envs
+    elif opts.quick:
+        opts.sync_envs = opts.train_envs
     started = time.perf_counter()
     load_start = load_average()
     tmp = None
@@ -967,6 +1099,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             report["cli"] = run_cli_latency(opts)
         if "train" in opts.sections:
             report["train"] = run_training_sections(opts)
+        if "sync" in opts.sections:
+            report["sync"] = run_sync_section(opts)
         if "tts" in opts.sections:
             report["tts"] = run_time_to_solve(opts)
     finally:

@@ -14,6 +14,6 @@ stamp=.venv/.islab-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ .ci/constraints.txt -nt "$stamp" ]; then
     python -m pip install --quiet --upgrade pip
     python -m pip install --quiet "${ISLAB_TORCH_SPEC:-torch==2.13.0}"
-    python -m pip install --quiet -c .ci/constraints.txt -e ".[dev,jax]"
+    python -m pip install --quiet -c .ci/constraints.txt -e ".[dev,jax,onnx]"
     touch "$stamp"
 fi

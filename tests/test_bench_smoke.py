@@ -38,9 +38,12 @@ def test_quick_benchmark_runs_every_section(tmp_path: Path) -> None:
     assert 0 < median["sync_share"] < 1  # ... and the gloo collectives at 2 ranks
     assert set(report["tts"]["median_time_s"]) == set(report["tts"]["configs"])
     assert report["cli"]["median_s"]["dry_run"] > 0
+    sync = report["sync"]["libs"]["rsl_rl"]  # stock vs fused side by side (issue 13)
+    assert 0 < sync["fused"]["collectives_per_iteration"] <= sync["updates_per_iteration"] + 2
+    assert sync["stock"]["collectives_per_iteration"] > sync["fused"]["collectives_per_iteration"]
 
     markdown = out.read_text()
-    for heading in ("## 1.", "## 2-4.", "## 5.", "## 6.", "## 7. GPU", "## Commands"):
+    for heading in ("## 1.", "## 2-4.", "## 8.", "## 5.", "## 6.", "## 7. GPU", "## Commands"):
         assert heading in markdown
     assert "python scripts/bench.py --device cuda" in markdown
 

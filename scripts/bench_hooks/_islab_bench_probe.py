@@ -5,8 +5,8 @@ Wraps, before the worker imports any RL library:
 * ``DirectRLEnv.step``: every env step's start and duration (the env share of an iteration);
 * ``torch.distributed`` collectives (``all_reduce``, ``broadcast``, ``all_gather``, ...): start and
   duration of each call, as the library sees it, i.e. including the wait for the slowest rank;
-* skrl-JAX's ``Model.reduce_parameters`` / ``broadcast_parameters`` (its collectives are JAX,
-  not torch), blocking on the result so the time is not hidden by JAX's async dispatch;
+* skrl-JAX's collectives (JAX, not torch): ``Model.broadcast_parameters`` and islab's cached
+  psum / all_gather pmaps, blocking on the result so the time is not hidden by JAX's async dispatch;
 * ``LibraryAdapter.report_iteration``: the end time of every training iteration, and the CPU time
   this process has used by then (``time.process_time()``: CPU use per rank = CPU time / wall time;
   a rank that waits in a collective, or is not scheduled, uses less than 1).
@@ -59,16 +59,26 @@ def _timed(function: Callable[..., Any], bucket: str, name: str, block: bool = F
 
 
 def _patch_skrl_jax() -> None:
+    """skrl-JAX's collectives: ``Model.broadcast_parameters`` (skrl's own, at start) and islab's two
+    cached pmaps (every gradient psum, stock or fused, the KL psum and the normalizer all_gather go
+    through them; ``Model.reduce_parameters`` is islab's call of the psum, so it is not timed twice)."""
     import sys
 
     module = sys.modules.get("skrl.models.jax.base")
-    if module is None:
+    islab_jax = sys.modules.get("islab.libs.skrl_jax")
+    if module is None or islab_jax is None:
         return
     model = module.Model
-    for name in ("reduce_parameters", "broadcast_parameters"):
-        current = getattr(model, name)
-        if not getattr(current, "__islab_bench_timed__", False):
-            setattr(model, name, _timed(current, "collective", f"jax.{name}", block=True))
+    current = model.broadcast_parameters
+    if not getattr(current, "__islab_bench_timed__", False):
+        model.broadcast_parameters = _timed(current, "collective", "jax.broadcast_parameters", block=True)
+    for name in ("_psum_across_processes", "_all_gather_across_processes"):
+        build = getattr(islab_jax, name)
+        if getattr(build, "__islab_bench_timed__", False):
+            continue
+        timed_build = functools.cache(lambda build=build, name=name: _timed(build(), "collective", f"jax.{name}", True))
+        timed_build.__islab_bench_timed__ = True  # type: ignore[attr-defined]
+        setattr(islab_jax, name, timed_build)
 
 
 def install(out_dir: str) -> None:

@@ -1,4 +1,5 @@
-"""The subcommands: ``doctor`` (pre-flight checks), ``sbatch`` (a SLURM batch script), ``tasks``.
+"""The subcommands: ``doctor`` (pre-flight checks), ``sbatch`` (a SLURM batch script), ``tasks``,
+``play`` and ``export`` (a trained run: :mod:`islab.policy.cli_commands`).
 
 ``doctor`` and ``sbatch`` take the training command's spec options (the option table of
 :mod:`islab.cli.options`), so option names, help, environment variables and validation stay one
@@ -21,8 +22,9 @@ from islab.launcher import doctor, slurm
 from islab.launcher import plan as planner
 from islab.launcher.issues import SpecError
 from islab.launcher.probes import find_free_port
+from islab.policy import cli_commands as policy_commands
 
-SUBCOMMANDS = ("doctor", "sbatch", "tasks")
+SUBCOMMANDS = ("doctor", "sbatch", "tasks", "play", "export")
 PANEL_DOCTOR = "Doctor"
 PANEL_SBATCH = "Batch script"
 
@@ -240,3 +242,38 @@ def tasks_command(
     console.print(table)
     example = next(iter(TASKS))
     console.print(f"Agent configs live in each task's agents/ folder, e.g. {agent_config_path('rsl_rl', example)}")
+
+
+RUN_DIR_ARGUMENT = Annotated[
+    Path, typer.Argument(help="A run directory (<log_dir>/<lib>/<task>/<time>).", show_default=False)
+]
+CHECKPOINT_OPTION = Annotated[
+    str, typer.Option(help="latest, best (highest mean return during training among the kept checkpoints) or a path.")
+]
+
+
+@commands.command(
+    "play",
+    help="Run a trained policy deterministically for N episodes: mean/std/min/max of episode return and "
+    "length (and the task's success rate); writes RUN_DIR/eval.json. Example: islab-train play RUN_DIR --episodes 64",
+)
+def play_command(
+    run_dir: RUN_DIR_ARGUMENT,
+    checkpoint: CHECKPOINT_OPTION = "latest",
+    episodes: Annotated[int, typer.Option(help="Complete episodes to run.")] = 32,
+    num_envs: Annotated[int | None, typer.Option(help="Parallel envs. Default: --episodes (at most 1024).")] = None,
+    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    raise typer.Exit(policy_commands.play_command(
+        run_dir, checkpoint=checkpoint, episodes=episodes, num_envs=num_envs, device=device, json_output=json_output,
+    ))  # fmt: skip
+
+
+@commands.command(
+    "export",
+    help="Write RUN_DIR/exported/policy.pt (TorchScript), policy.onnx and policy.json: raw observations -> "
+    "deterministic actions, observation normalizer folded in. Example: islab-train export RUN_DIR",
+)
+def export_command(run_dir: RUN_DIR_ARGUMENT, checkpoint: CHECKPOINT_OPTION = "latest") -> None:
+    raise typer.Exit(policy_commands.export_command(run_dir, checkpoint=checkpoint))

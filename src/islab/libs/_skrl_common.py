@@ -133,6 +133,7 @@ class SkrlAdapter(LibraryAdapter):
     checkpoint. Subclasses build the Runner for their framework and own the checkpoint format."""
 
     checkpoint_suffix: str
+    fused_sync = False  # whether this run takes the fused path (islab.libs.fused_sync); set at build
 
     def __init__(self, ctx: RankContext, env: DirectRLEnv, agent_cfg: dict[str, Any], run_dir: Path) -> None:
         super().__init__(ctx, env, agent_cfg, run_dir)

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -61,6 +62,7 @@ import gymnasium
 import numpy as np
 import torch
 import torch.distributed as dist
+from rl_games.algos_torch import torch_ext
 from rl_games.algos_torch.a2c_continuous import A2CAgent
 from rl_games.algos_torch.running_mean_std import RunningMeanStd
 from rl_games.common import a2c_common, env_configurations, vecenv
@@ -71,6 +73,7 @@ from rl_games.torch_runner import Runner
 from islab.budget import rollout_length
 from islab.envs.base import DirectRLEnv
 from islab.libs.base import LibraryAdapter, TrainResult, atomic_torch_save
+from islab.libs.fused_sync import all_reduce_float64, all_reduce_gradients_and, as_broadcast_float, use_fused_sync
 from islab.worker.context import RankContext, init_process_group
 
 ENV_NAME = "islab"  # the env_name / vecenv type our env is registered under
@@ -109,24 +112,59 @@ class RlGamesVecEnv(IVecEnv):
         return {"observation_space": self.observation_space, "action_space": self.action_space}
 
 
+def packed_moments(batch_mean: torch.Tensor, batch_var: torch.Tensor, batch_count: int) -> torch.Tensor:
+    """``[n, n*mean, n*(var + mean^2)]`` in float64: summed over ranks, the global batch's moments."""
+    batch_mean, batch_var = batch_mean.double(), batch_var.double()
+    n = torch.full((1,), float(batch_count), dtype=torch.float64, device=batch_mean.device)
+    return torch.cat([n, n * batch_mean.reshape(-1), n * (batch_var + batch_mean.square()).reshape(-1)])
+
+
+def global_moments(summed: torch.Tensor, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(mean, variance, count) of the global batch from ``packed_moments`` summed over ranks."""
+    total, size = summed[0], like.numel()
+    mean = (summed[1 : 1 + size] / total).view_as(like)
+    var = ((summed[1 + size :] / total).view_as(like) - mean.square()).clamp_min(0.0)
+    return mean, var, total
+
+
 class GlobalRunningMeanStd(RunningMeanStd):
     """``RunningMeanStd`` whose every update folds in the moments of the batch of ALL ranks.
 
-    One all-reduce of ``[n, n*mean, n*(var + mean^2)]`` (float64) gives the global count, mean and
-    second moment; every rank then applies the same arithmetic to the same numbers, so the
-    running statistics stay bit-identical across ranks (they start equal: rl_games broadcasts
-    the model state, buffers included, before training).
+    One all-reduce of ``packed_moments`` gives the global count, mean and second moment; every rank
+    then applies the same arithmetic to the same numbers, so the running statistics stay
+    bit-identical across ranks (they start equal: rl_games broadcasts the model state, buffers
+    included, before training).
+
+    Fused sync (``RankAwareA2CAgent``) all-reduces the moments of the iteration's batches at once,
+    before the first update, and keeps them in ``prefetched`` as ``(local packed, summed)``. An
+    update then takes the next entry (cyclically: rl_games feeds the same minibatches in every
+    mini-epoch) instead of making its own collective, after checking that the entry's local moments
+    are exactly the ones this update computes, so a change in rl_games' order fails loudly.
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.prefetched: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.cursor = 0
+
     def _update_mean_var_count_from_moments(self, mean, var, count, batch_mean, batch_var, batch_count):
-        batch_mean, batch_var = batch_mean.double(), batch_var.double()
-        n = torch.full((1,), float(batch_count), dtype=torch.float64, device=batch_mean.device)
-        packed = torch.cat([n, n * batch_mean.reshape(-1), n * (batch_var + batch_mean.square()).reshape(-1)])
-        dist.all_reduce(packed)
-        total, size = packed[0], batch_mean.numel()
-        global_mean = (packed[1 : 1 + size] / total).view_as(batch_mean)
-        global_var = ((packed[1 + size :] / total).view_as(batch_var) - global_mean.square()).clamp_min(0.0)
+        local = packed_moments(batch_mean, batch_var, batch_count)
+        if self.prefetched:
+            expected, summed = self.prefetched[self.cursor % len(self.prefetched)]
+            self.cursor += 1
+            if not torch.equal(local, expected):
+                raise RuntimeError("islab: fused normalizer sync out of step with rl_games' updates")
+        else:
+            summed = local
+            dist.all_reduce(summed)
+        global_mean, global_var, total = global_moments(summed, batch_mean)
         return super()._update_mean_var_count_from_moments(mean, var, count, global_mean, global_var, total)
+
+
+def library_syncs_normalizer() -> bool:
+    """Whether the installed rl_games all-reduces ``RunningMeanStd`` statistics itself (upstream PR
+    #363; rl-games 1.6.5 does not). If it does, its own sync is kept and ours is not added."""
+    return "all_reduce" in inspect.getsource(RunningMeanStd)
 
 
 def is_running_mean_std(module: torch.nn.Module) -> bool:
@@ -179,10 +217,15 @@ class RankAwareA2CAgent(A2CAgent):
         self.frames_pending = 0  # this epoch's frames while on_epoch runs (rl_games adds them after)
         config = params["config"]
         distributed = bool(config.get("multi_gpu", False))
+        # Fused sync (islab.libs.fused_sync): one all-reduce per minibatch, every rank runs the schedule.
+        self.fused_sync = use_fused_sync(distributed)
+        self._fused_now = False  # inside a fused train_epoch
         if distributed and not ctx.is_main:
-            # What rl_games' own multi_gpu branch does for ranks != 0.
+            # What rl_games' own multi_gpu branch does for ranks != 0 (fused: every rank keeps its
+            # schedule and computes the same rate from the same all-reduced KL).
             config["print_stats"] = False
-            config["lr_schedule"] = None
+            if not self.fused_sync:
+                config["lr_schedule"] = None
         config["multi_gpu"] = False  # hide it: rl_games would init NCCL and force cuda:LOCAL_RANK
         no_writer = lambda *args, **kwargs: None  # noqa: E731 -- stands in for SummaryWriter(...)
         with patched(a2c_common, "SummaryWriter", a2c_common.SummaryWriter if ctx.is_main else no_writer):
@@ -198,7 +241,12 @@ class RankAwareA2CAgent(A2CAgent):
         self.local_rank = torch.device(ctx.device).index if ctx.backend == "nccl" else ctx.local_rank
         self.global_rank = ctx.rank
         self.world_size = ctx.world_size
-        self.use_global_normalizers()
+        self.global_normalizers = not library_syncs_normalizer()  # never sync them twice
+        if self.global_normalizers:
+            self.use_global_normalizers()
+        if self.fused_sync:
+            # The minibatch's forward output, for the KL that rides with its gradients.
+            self.model.register_forward_hook(self._remember_forward)
 
     def use_global_normalizers(self) -> None:
         """Swap in ``GlobalRunningMeanStd`` (see there); needs a process group, even of one rank."""
@@ -217,7 +265,8 @@ class RankAwareA2CAgent(A2CAgent):
 
     def train_epoch(self) -> tuple:
         # rl_games has no per-epoch callback for the caller; epoch_num was advanced just before.
-        result = super().train_epoch()
+        with self._fused_epoch():
+            result = super().train_epoch()
         if self.on_epoch is not None:
             self.frames_pending = self.curr_frames * (self.world_size if self.multi_gpu else 1)
             try:
@@ -225,6 +274,88 @@ class RankAwareA2CAgent(A2CAgent):
             finally:
                 self.frames_pending = 0
         return result
+
+    # -- fused sync -------------------------------------------------------------------------------
+    # Stock rl_games (legacy adaptive schedule) makes per minibatch a gradient all-reduce, a KL
+    # all-reduce and a learning-rate broadcast from rank 0, one more KL all-reduce per mini-epoch,
+    # and our GlobalRunningMeanStd one per normalizer update (16 + 2 per iteration here). Fused:
+    # during train_epoch ``multi_gpu`` is hidden, so all of rl_games' own collectives there are off;
+    # ``trancate_gradients_and_step`` packs the minibatch's KL (rl_games' own formula, same inputs)
+    # behind the gradients and all-reduces once; ``train_actor_critic`` hands rl_games the global KL
+    # in place of the local one, so its scheduler (on every rank) decides from the same value the
+    # stock path broadcasts, and ``update_lr`` rounds the rate as the stock broadcast does. The
+    # normalizer moments of the whole iteration go in one all-reduce in ``prepare_dataset``.
+
+    @contextlib.contextmanager
+    def _fused_epoch(self) -> Iterator[None]:
+        if not (self.fused_sync and self.multi_gpu):
+            yield
+            return
+        self.multi_gpu, self._fused_now = False, True
+        try:
+            yield
+        finally:
+            self.multi_gpu, self._fused_now = True, False
+
+    def _remember_forward(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if self._fused_now and isinstance(output, dict) and "mus" in output:
+            self._fused_output = output
+
+    def calc_gradients(self, input_dict: dict) -> None:
+        self._fused_input = input_dict
+        super().calc_gradients(input_dict)
+
+    def trancate_gradients_and_step(self) -> Any:
+        if not self._fused_now:
+            return super().trancate_gradients_and_step()
+        inputs, output = self._fused_input, self._fused_output
+        with torch.no_grad():  # rl_games' KL of this minibatch (calc_gradients computes it after the step)
+            masks = inputs.get("rnn_masks")
+            kl = torch_ext.policy_kl(
+                output["mus"].detach(), output["sigmas"].detach(), inputs["mu"], inputs["sigma"], masks is None
+            )
+            if masks is not None:
+                kl = (kl * masks).sum() / masks.numel()
+        grads = [param.grad for param in self.model.parameters() if param.grad is not None]
+        self._fused_kl = all_reduce_gradients_and(grads, [kl], self.world_size)[0] / self.world_size
+        return super().trancate_gradients_and_step()  # multi_gpu hidden: clip and step only
+
+    def train_actor_critic(self, input_dict: dict) -> tuple:
+        result = super().train_actor_critic(input_dict)
+        if self._fused_now:
+            # The KL rl_games reads for its schedule and statistics: the global one.
+            self.train_result = result = (*result[:3], self._fused_kl, *result[4:])
+        return result
+
+    def update_lr(self, lr: float) -> None:
+        super().update_lr(as_broadcast_float(lr) if self._fused_now else lr)
+
+    def prepare_dataset(self, batch_dict: dict) -> None:
+        if self._fused_now and self.global_normalizers:
+            self._prefetch_normalizer_moments(batch_dict)
+        super().prepare_dataset(batch_dict)
+
+    def _prefetch_normalizer_moments(self, batch_dict: dict) -> None:
+        """All normalizer updates of this iteration, in rl_games' order, in ONE all-reduce: the value
+        normalizer on values then returns (prepare_dataset), the observation normalizer on each
+        minibatch (contiguous slices of the rollout, not shuffled, the same in every mini-epoch:
+        rl_games' set_train in train_actor_critic re-enables the updates its mini-epoch loop stops)."""
+        updates: list[tuple[GlobalRunningMeanStd, torch.Tensor]] = []
+        if self.normalize_value and not self.config.get("freeze_critic", False):
+            updates += [(self.value_mean_std, batch_dict["values"]), (self.value_mean_std, batch_dict["returns"])]
+        obs = batch_dict["obses"]
+        if self.normalize_input and not self.is_rnn and isinstance(obs, torch.Tensor):
+            size = self.minibatch_size
+            for start in range(0, obs.shape[0] - size + 1, size):
+                updates.append((self.model.running_mean_std, self._preproc_obs(obs[start : start + size])))
+        updates = [(norm, x) for norm, x in updates if isinstance(norm, GlobalRunningMeanStd)]
+        parts = []
+        for norm, x in updates:
+            norm.prefetched, norm.cursor = [], 0
+            # RunningMeanStd.forward's own moments of the batch (axis 0, population variance)
+            parts.append(packed_moments(x.mean(norm.axis), x.var(norm.axis, unbiased=False), x.size(0)))
+        for (norm, _), local, summed in zip(updates, parts, all_reduce_float64(parts), strict=True):
+            norm.prefetched.append((local, summed))
 
     def checkpoint_state(self) -> dict[str, Any]:
         state = self.get_full_state_weights()
@@ -318,6 +449,7 @@ class RlGamesAdapter(LibraryAdapter):
             self.runner.algo_name, base_name="run", params=self.runner.params
         )
         self.compile_mode = config["torch_compile"]
+        self.fused_sync = self.agent.fused_sync and self.agent.multi_gpu
 
     def fit_minibatch(self, config: dict[str, Any], batch_size: int) -> None:
         """Make ``minibatch_size`` divide the batch, saying so when it changes (rl_games would raise)."""
@@ -387,3 +519,42 @@ class RlGamesAdapter(LibraryAdapter):
         # value_mean_std buffers. torch.compile prefixes keys with "_orig_mod."; strip it.
         state = self.agent.model.state_dict()
         return {key.removeprefix("_orig_mod."): value.detach().clone() for key, value in state.items()}
+
+    def deterministic_actions(self, observations: torch.Tensor) -> torch.Tensor:
+        # rl_games' own path: the env wrapper's observation clip, the model (normalizer in eval
+        # mode) -> "mus", the agent's clamp and rescale, the env wrapper's action clip.
+        agent = self.agent
+        agent.model.eval()
+        obs = agent.cast_obs(self.vec_env._obs({"policy": observations})["obs"])  # as env_reset/step do
+        with torch.no_grad():
+            result = agent.model({"is_train": False, "obs": agent._preproc_obs(obs), "prev_actions": None})
+        clip = self.vec_env.clip_actions
+        return agent.preprocess_actions(result["mus"]).clamp(-clip, clip)
+
+    def inference_module(self) -> torch.nn.Module:
+        from islab.policy.modules import DeterministicPolicy, ObservationNormalizer, frozen_copy
+
+        agent = self.agent
+        model = getattr(agent.model, "_orig_mod", agent.model)  # torch.compile's wrapper
+        network = model.a2c_network
+        if network.is_rnn() or len(network.actor_cnn) > 0 or not network.is_continuous:
+            raise NotImplementedError("islab: export supports rl_games' continuous MLP actor only")
+        normalizer = None
+        if model.normalize_input:
+            rms = model.running_mean_std
+            if rms.norm_only or rms.per_channel:
+                raise NotImplementedError("islab: export supports rl_games' default observation normalizer only")
+            # rl_games' formula: (x - mean) / sqrt(var + eps), clipped to +-5
+            denominator = torch.sqrt(rms.running_var.float() + rms.epsilon)
+            normalizer = ObservationNormalizer(rms.running_mean.float(), denominator, clip=5.0)
+        body = torch.nn.Sequential(frozen_copy(network.actor_mlp), frozen_copy(network.mu), frozen_copy(network.mu_act))
+        clip = self.vec_env.clip_actions
+        if not agent.clip_actions:
+            return DeterministicPolicy(body, normalizer=normalizer, observation_clip=self.vec_env.clip_obs,
+                                       action_low=-clip, action_high=clip)  # fmt: skip
+        low, high = agent.actions_low.cpu(), agent.actions_high.cpu()  # rescale_actions: a * d + m
+        offset = (high + low) / 2.0
+        return DeterministicPolicy(
+            body, normalizer=normalizer, observation_clip=self.vec_env.clip_obs, action_low=-1.0, action_high=1.0,
+            action_scale=(high - low) / 2.0, action_offset=offset if bool(offset.any()) else None,
+        )  # fmt: skip

@@ -45,20 +45,27 @@ from islab.libs.registry import env_fixes
 
 # GIT_PYTHON_REFRESH=quiet before rsl_rl imports GitPython (the registry's row; the user's value wins)
 os.environ.update({name: os.environ.get(name, value) for name, value in env_fixes("rsl_rl", "torch", "").items()})
+import contextlib
 import copy
+import inspect
 import time
 from collections import deque
+from collections.abc import Iterator
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
 import torch
+from rsl_rl.algorithms import PPO
 from rsl_rl.env import VecEnv
+from rsl_rl.modules import EmpiricalNormalization
 from rsl_rl.runners import OnPolicyRunner
 from tensordict import TensorDict
 
 from islab.budget import rollout_length
 from islab.envs.base import DirectRLEnv
 from islab.libs.base import LibraryAdapter, TrainResult, atomic_torch_save
+from islab.libs.fused_sync import all_reduce_float64, all_reduce_gradients_and, as_broadcast_float, use_fused_sync
 from islab.worker.context import RankContext, init_process_group
 
 # Episodes averaged for ``TrainResult.mean_return``; rsl_rl's own "Mean reward" uses 100 as well.
@@ -110,6 +117,120 @@ class RslRlVecEnv(VecEnv):
         return sum(self.episode_returns) / len(self.episode_returns) if self.episode_returns else None
 
 
+def library_syncs_normalizer() -> bool:
+    """Whether the installed rsl_rl all-reduces observation-normalizer statistics itself (PR #226:
+    rsl-rl-lib 5.5 does, three all-reduces per normalizer per iteration; 5.4.2, mjlab's pin, updates
+    each rank's normalizer from its own data at every env step and syncs nothing)."""
+    return "torch.distributed" in inspect.getsource(EmpiricalNormalization.update)
+
+
+def update_normalizers_together(pending: list[tuple[EmpiricalNormalization, torch.Tensor]]) -> None:
+    """Apply the deferred ``EmpiricalNormalization.update(x)`` calls of one iteration with ONE
+    all-reduce: per normalizer ``[n, n*mean, n*(var + mean^2)]`` (float64), summed over ranks, gives
+    the global count, mean and (population) variance; then rsl_rl 5.5's own update arithmetic
+    (modules/normalization.py) folds them in, identically on every rank."""
+    active = [(n, x) for n, x in pending if n.training and not (n.until is not None and n.count >= n.until)]
+    parts = []
+    for _, x in active:
+        count = torch.full((1,), float(x.shape[0]), dtype=torch.float64, device=x.device)
+        mean = x.double().mean(dim=0, keepdim=True)
+        var = x.double().var(dim=0, unbiased=False, keepdim=True)
+        parts += [count, count * mean, count * (var + mean.square())]
+    summed = all_reduce_float64(parts)
+    for index, (norm, _) in enumerate(active):
+        total, mean_sum, square_sum = summed[3 * index : 3 * index + 3]
+        mean64 = mean_sum / total
+        var_x = (square_sum / total - mean64.square()).clamp_min(0.0).to(norm._var.dtype)
+        mean_x = mean64.to(norm._mean.dtype)
+        count_x = total.to(norm.count.dtype).reshape(())
+        # rsl_rl 5.5's EmpiricalNormalization.update after its all-reduces, unchanged:
+        norm.count += count_x
+        rate = count_x / norm.count
+        delta_mean = mean_x - norm._mean
+        norm._mean += rate * delta_mean
+        norm._var += rate * (var_x - norm._var + delta_mean * (mean_x - norm._mean))
+        norm._std = torch.sqrt(norm._var)
+
+
+class FusedSyncPPO(PPO):
+    """rsl_rl's PPO with ONE all-reduce per minibatch and one per iteration (``islab.libs.fused_sync``).
+
+    Stock rsl_rl syncs each minibatch three times: the KL all-reduce, rank 0's learning rate
+    broadcast, the gradient all-reduce; and, in 5.5, each normalizer three times per iteration.
+    Here ``update`` runs rsl_rl's own loop with the adaptive schedule hidden (so its KL block with
+    both collectives is skipped) and records the current minibatch; ``reduce_parameters`` (called
+    after backward, before clipping and the optimizer step, exactly where the rate is first used)
+    computes the same local KL as rsl_rl, packs it behind the gradients, all-reduces once, and every
+    rank applies rsl_rl's schedule to the same global KL, rounded as the stock broadcast rounds it.
+    Normalizer updates of the iteration are deferred to the end of ``update`` (nothing reads them in
+    between: rsl_rl updates them after the last minibatch) and applied with one all-reduce.
+    Symmetry augmentation is not fused (it resizes the batch): such runs use the stock path."""
+
+    def update(self) -> dict[str, float]:
+        if not self.is_multi_gpu or self.symmetry:
+            return super().update()
+        self._fused_adaptive = self.desired_kl is not None and self.schedule == "adaptive"
+        pending: list[tuple[EmpiricalNormalization, torch.Tensor]] = []
+        with self._fused_update(pending):
+            result = super().update()
+        update_normalizers_together(pending)
+        return result
+
+    @contextlib.contextmanager
+    def _fused_update(self, pending: list[tuple[EmpiricalNormalization, torch.Tensor]]) -> Iterator[None]:
+        storage, schedule = self.storage, self.schedule
+        for name in ("mini_batch_generator", "recurrent_mini_batch_generator"):
+            setattr(storage, name, self._recording(getattr(storage, name)))
+        models = [self.actor, self.critic] + ([self.rnd] if self.rnd else [])
+        normalizers = [m for model in models for m in model.modules() if isinstance(m, EmpiricalNormalization)]
+        for norm in normalizers:
+            norm.update = lambda x, norm=norm: pending.append((norm, x))  # deferred, see update()
+        if self._fused_adaptive:
+            self.schedule = "adaptive (fused into reduce_parameters)"
+        self._fused_active = True
+        try:
+            yield
+        finally:
+            self._fused_active = False
+            self.schedule = schedule
+            for name in ("mini_batch_generator", "recurrent_mini_batch_generator"):
+                delattr(storage, name)
+            for norm in normalizers:
+                del norm.update
+
+    def _recording(self, generator_fn: Any) -> Any:
+        def batches(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            for batch in generator_fn(*args, **kwargs):
+                self._fused_batch = batch
+                yield batch
+
+        return batches
+
+    def reduce_parameters(self) -> None:
+        if not getattr(self, "_fused_active", False):
+            super().reduce_parameters()
+            return
+        params = chain(self.actor.parameters(), self.critic.parameters(), self.rnd.parameters() if self.rnd else ())
+        grads = [param.grad for param in params if param.grad is not None]
+        extras = []
+        if self._fused_adaptive:
+            with torch.inference_mode():  # rsl_rl's own KL of this minibatch, before the step
+                current = tuple(p.detach() for p in self.actor.output_distribution_params)
+                kl = self.actor.get_kl_divergence(self._fused_batch.old_distribution_params, current)
+                extras.append(torch.mean(kl))
+        summed = all_reduce_gradients_and(grads, extras, self.gpu_world_size)
+        if self._fused_adaptive:
+            kl_mean = summed[0] / self.gpu_world_size
+            # rsl_rl's rule, now on every rank from the same global KL (stock: rank 0, then broadcast)
+            if kl_mean > self.desired_kl * 2.0:
+                self.learning_rate = max(1e-5, self.learning_rate / 1.5)
+            elif kl_mean < self.desired_kl / 2.0 and kl_mean > 0.0:
+                self.learning_rate = min(1e-2, self.learning_rate * 1.5)
+            self.learning_rate = as_broadcast_float(self.learning_rate)
+            for param_group in self.optimizer.param_groups:
+                param_group["lr"] = self.learning_rate
+
+
 class RankAwareOnPolicyRunner(OnPolicyRunner):
     """``OnPolicyRunner`` that takes its ranks from ``RankContext`` and joins gloo on CPU."""
 
@@ -159,6 +280,9 @@ class RslRlAdapter(LibraryAdapter):
             self.run_dir.mkdir(parents=True, exist_ok=True)
         log_dir = str(self.run_dir) if ctx.is_main else None
         self.runner = RankAwareOnPolicyRunner(self.vec_env, train_cfg, ctx, log_dir=log_dir, device=ctx.device)
+        self.fused_sync = use_fused_sync(ctx.distributed) and type(self.runner.alg) is PPO
+        if self.fused_sync:
+            self.runner.alg.__class__ = FusedSyncPPO  # same object, fused update (see FusedSyncPPO)
         self.num_steps_per_env = rollout_length(self.name, train_cfg)
         self._report_each_iteration()
 
@@ -216,3 +340,20 @@ class RslRlAdapter(LibraryAdapter):
         # obs_normalization is on, the normalizer's mean/var/std/count buffers.
         actor = self.runner.alg.get_policy()
         return {f"actor.{key}": value.detach().clone() for key, value in actor.state_dict().items()}
+
+    def deterministic_actions(self, observations: torch.Tensor) -> torch.Tensor:
+        policy = self.runner.get_inference_policy(self.ctx.device)  # eval mode: normalizer frozen
+        with torch.no_grad():
+            return policy(TensorDict({"policy": observations}, batch_size=[observations.shape[0]]))
+
+    def inference_module(self) -> torch.nn.Module:
+        from islab.policy.modules import DeterministicPolicy, frozen_copy
+
+        # rsl_rl's own export form (what its export_policy_to_jit scripts): a copy of the actor's
+        # observation normalizer, MLP and mean extraction.
+        actor = self.runner.alg.get_policy()
+        exported = frozen_copy(actor.as_jit())
+        normalizer = exported.obs_normalizer if actor.obs_normalization else None
+        return DeterministicPolicy(
+            torch.nn.Sequential(exported.mlp, exported.deterministic_output), normalizer=normalizer
+        )

@@ -59,6 +59,7 @@ from skrl.resources.preprocessors.jax import RunningStandardScaler
 from skrl.utils.runner.jax import Runner
 
 from islab.libs._skrl_common import EpisodeReturnMixin, SkrlAdapter, pooled_moments, runner_config
+from islab.libs.fused_sync import use_fused_sync
 
 
 # -- collectives across processes, compiled once ------------------------------------------------
@@ -85,7 +86,8 @@ def _reduce_parameters(self: Model, tree: Any) -> Any:
 class _CachedPmapJax(ModuleType):
     """The ``jax`` that skrl's PPO module sees: the real module, except that PPO.update's
     ``jax.pmap(lambda x: jax.lax.psum(x, "i"), axis_name="i")`` (the KL all-reduce, built anew
-    every epoch) gets the cached psum. Anything else passes through to ``jax``."""
+    every epoch) gets the cached psum, or, inside a fused update, the KL sums that already rode
+    with the gradients (no collective). Anything else passes through to ``jax``."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(jax, name)
@@ -95,26 +97,41 @@ class _CachedPmapJax(ModuleType):
         code = getattr(fun, "__code__", None)
         is_kl_sum = code is not None and code.co_name == "<lambda>" and "psum" in code.co_names
         if is_kl_sum and not args and kwargs == {"axis_name": "i"}:
-            return _psum_across_processes()
+            return _ACTIVE[-1]._fused_epoch_kl if _ACTIVE else _psum_across_processes()
         return jax.pmap(fun, *args, **kwargs)
 
 
-# One place for the two pmap fixes; both are no-ops in a single process (skrl never calls them).
-Model.reduce_parameters = _reduce_parameters
-skrl_ppo_module.jax = _CachedPmapJax("jax")
+def _local_row(x: jax.Array) -> jax.Array:
+    """One rank's ``[mean (F), unbiased variance (F), count]`` of a normalizer batch."""
+    flat = x.reshape(-1, x.shape[-1])
+    count = jnp.full((1,), flat.shape[0], dtype=jnp.float32)
+    return jnp.concatenate([flat.mean(axis=0), flat.var(axis=0, ddof=1), count])
 
 
 class SyncedRunningStandardScaler(RunningStandardScaler):
     """skrl's JAX RunningStandardScaler, but a training batch's mean/variance/count is pooled
-    across all processes before the running update, so every rank holds the same statistics."""
+    across all processes before the running update, so every rank holds the same statistics.
+
+    Fused sync gathers the rows of all of an update's normalizer batches at once (``prefetched``:
+    ``(local row, gathered rows)``); an update then takes the next entry, after checking that its
+    local row is exactly the one this update computes, instead of making its own collective."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.prefetched: list[tuple[np.ndarray, np.ndarray]] = []
+        self.cursor = 0
 
     def __call__(self, x: jax.Array | None, *, train: bool = False, inverse: bool = False) -> jax.Array | None:
         if train and x is not None and skrl.config.jax.is_distributed:
-            flat = x.reshape(-1, x.shape[-1])
-            count = jnp.full((1,), flat.shape[0], dtype=jnp.float32)
-            local = jnp.concatenate([flat.mean(axis=0), flat.var(axis=0, ddof=1), count])
-            rows = np.asarray(_all_gather_across_processes()(local[None]))[0].astype(np.float64)
-            mean, variance, total = pooled_moments(rows)
+            local = _local_row(x)
+            if self.prefetched:
+                expected, rows = self.prefetched[self.cursor % len(self.prefetched)]
+                self.cursor += 1
+                if not np.array_equal(np.asarray(local), expected):
+                    raise RuntimeError("islab: fused normalizer sync out of step with skrl's updates")
+            else:
+                rows = np.asarray(_all_gather_across_processes()(local[None]))[0]
+            mean, variance, total = pooled_moments(rows.astype(np.float64))
             self._parallel_variance(
                 jnp.asarray(mean, dtype=jnp.float32), jnp.asarray(variance, dtype=jnp.float32), float(total[0])
             )
@@ -123,7 +140,155 @@ class SyncedRunningStandardScaler(RunningStandardScaler):
 
 
 class TrackedPPO(EpisodeReturnMixin, PPO):
-    """skrl's JAX PPO that also remembers recent episode returns on every rank."""
+    """skrl's JAX PPO that also remembers recent episode returns on every rank and, with fused
+    sync, makes one collective per minibatch.
+
+    Fused sync (``islab.libs.fused_sync``). Stock skrl-JAX makes per minibatch two gradient psums
+    (policy, then value), per epoch a KL psum, and our synced scalers one all_gather per normalizer
+    update. The value loss does not depend on the policy's step (separate models), so here the
+    policy's ``reduce_parameters`` also computes the value gradient (skrl's own jitted
+    ``_update_value``, same arguments, recorded from this minibatch) and reduces policy gradient,
+    value gradient and the minibatch KL in ONE cached psum; skrl's own ``_update_value`` call then
+    gets that result back instead of computing it again, and the value's ``reduce_parameters``
+    passes it through. The epoch's KL psum is answered from the per-minibatch sums; the normalizer
+    batches of the update are gathered at once right after GAE (the first epoch's minibatches drawn
+    with numpy's RNG state saved and restored, so skrl's own draw gives the same permutation)."""
+
+    fused_sync = False  # set by the adapter
+
+    def update(self, *, timestep: int, timesteps: int) -> None:
+        if not self.fused_sync:
+            super().update(timestep=timestep, timesteps=timesteps)
+            return
+        self._fused_kl_sums: list[float] = []
+        self._fused_value: tuple[Any, Any] | None = None
+        self._fused_batch: list[Any] = []
+        memory, sample = self.memory, self.memory.sample
+        batches: list[list[Any]] = []
+        actions_index = self._tensors_names.index("actions")
+
+        def recording_sample(*args: Any, **kwargs: Any) -> list[list[Any]]:
+            batches[:] = sample(*args, **kwargs)
+            return batches
+
+        self._fused_batches, self._fused_actions_index = batches, actions_index
+        memory.sample = recording_sample
+        self.policy.reduce_parameters = self._fused_reduce
+        self.value.reduce_parameters = lambda grad: grad  # reduced with the policy's, see above
+        _ACTIVE.append(self)
+        try:
+            super().update(timestep=timestep, timesteps=timesteps)
+        finally:
+            _ACTIVE.remove(self)
+            memory.__dict__.pop("sample", None)
+            self.policy.__dict__.pop("reduce_parameters", None)
+            self.value.__dict__.pop("reduce_parameters", None)
+            for scaler in self._synced_scalers():
+                scaler.prefetched, scaler.cursor = [], 0
+
+    def _record_policy_step(self, inputs: dict, kl: Any) -> None:
+        """Called by the patched ``_update_policy``: this minibatch's batch, inputs and KL."""
+        taken = inputs["taken_actions"]
+        self._fused_batch = next(b for b in self._fused_batches if b[self._fused_actions_index] is taken)
+        self._fused_inputs = {k: v for k, v in inputs.items() if k != "taken_actions"}
+        self._fused_kl = kl
+
+    def _fused_reduce(self, policy_grad: Any) -> Any:
+        names = self._tensors_names
+        value_grad, value_loss = _update_value(
+            self.value.act,
+            self.value.state_dict,
+            self._fused_inputs,
+            self._fused_batch[names.index("values")],
+            self._fused_batch[names.index("returns")],
+            self.cfg.value_loss_scale,
+            self.cfg.value_clip > 0,
+            self.cfg.value_clip,
+        )
+        leaves, treedef = jax.tree.flatten((policy_grad, value_grad))
+        kl = jnp.reshape(self._fused_kl, (1, 1)).astype(jnp.float32)
+        summed = _psum_across_processes()(jnp.concatenate([_vectorize_leaves(leaves), kl], axis=-1))  # [1, N + 1]
+        self._fused_kl_sums.append(float(summed[0, -1]))
+        mean = summed[:, :-1] / skrl.config.jax.world_size  # skrl's own arithmetic (_reduce_parameters)
+        policy_mean, value_mean = jax.tree.unflatten(treedef, _unvectorize_leaves(leaves, mean))
+        self._fused_value = (value_mean, value_loss)
+        return policy_mean
+
+    def _fused_epoch_kl(self, kl: Any) -> np.ndarray:
+        """In place of the epoch's KL psum: the sum over ranks of the epoch's mean KL."""
+        total = np.asarray([np.mean(self._fused_kl_sums)], dtype=np.float32)
+        self._fused_kl_sums.clear()
+        return total
+
+    def _synced_scalers(self) -> list[SyncedRunningStandardScaler]:
+        names = ("_observation_preprocessor", "_state_preprocessor", "_value_preprocessor")
+        found = [getattr(self, name, None) for name in names]
+        return [s for s in found if isinstance(s, SyncedRunningStandardScaler)]
+
+    def _prefetch_normalizer_moments(self, values: Any, returns: Any) -> None:
+        entries: list[tuple[SyncedRunningStandardScaler, Any]] = []
+        if isinstance(self._value_preprocessor, SyncedRunningStandardScaler):
+            entries += [(self._value_preprocessor, values), (self._value_preprocessor, returns)]
+        for name, scaler in (("observations", self._observation_preprocessor), ("states", self._state_preprocessor)):
+            if isinstance(scaler, SyncedRunningStandardScaler) and name in self._tensors_names:
+                state = np.random.get_state()  # skrl draws the same permutation next
+                try:
+                    batches = self.memory.sample(
+                        names=[name], batch_size=len(self.memory), mini_batches=self.cfg.mini_batches
+                    )
+                finally:
+                    np.random.set_state(state)
+                entries += [(scaler, batch[0]) for batch in batches]
+        if not entries:
+            return
+        rows = [_local_row(x) for _, x in entries]
+        gathered = np.asarray(_all_gather_across_processes()(jnp.concatenate(rows)[None]))[0]
+        for scaler in self._synced_scalers():
+            scaler.prefetched, scaler.cursor = [], 0
+        offset = 0
+        for (scaler, _), row in zip(entries, rows, strict=True):
+            scaler.prefetched.append((np.asarray(row), gathered[:, offset : offset + row.shape[0]]))
+            offset += row.shape[0]
+
+
+# -- fused sync: skrl's PPO module functions as update() sees them (pass-through unless a fused
+# TrackedPPO.update runs) -----------------------------------------------------------------------
+_ACTIVE: list[TrackedPPO] = []
+_compute_gae, _update_policy, _update_value = (
+    skrl_ppo_module._compute_gae,
+    skrl_ppo_module._update_policy,
+    skrl_ppo_module._update_value,
+)
+
+
+def _compute_gae_then_prefetch(*args: Any, **kwargs: Any) -> Any:
+    returns, advantages = _compute_gae(*args, **kwargs)
+    if _ACTIVE:
+        _ACTIVE[-1]._prefetch_normalizer_moments(kwargs["values"], returns)
+    return returns, advantages
+
+
+def _update_policy_recorded(policy_act: Any, policy_state_dict: Any, inputs: dict, *args: Any) -> Any:
+    result = _update_policy(policy_act, policy_state_dict, inputs, *args)
+    if _ACTIVE:
+        _ACTIVE[-1]._record_policy_step(inputs, result[3])
+    return result
+
+
+def _update_value_or_fused(*args: Any, **kwargs: Any) -> Any:
+    agent = _ACTIVE[-1] if _ACTIVE else None
+    if agent is not None and agent._fused_value is not None:
+        done, agent._fused_value = agent._fused_value, None
+        return done  # computed and reduced with the policy's gradient in the one psum
+    return _update_value(*args, **kwargs)
+
+
+# One place for the pmap fixes and the fused-sync hooks; all pass through in a single process.
+Model.reduce_parameters = _reduce_parameters
+skrl_ppo_module.jax = _CachedPmapJax("jax")
+skrl_ppo_module._compute_gae = _compute_gae_then_prefetch
+skrl_ppo_module._update_policy = _update_policy_recorded
+skrl_ppo_module._update_value = _update_value_or_fused
 
 
 class IslabRunner(Runner):
@@ -158,7 +323,10 @@ class SkrlJaxAdapter(SkrlAdapter):
         cfg = runner_config(
             self.agent_cfg, base_seed=ctx.base_seed, run_dir=self.run_dir, scaler_class=SyncedRunningStandardScaler
         )
-        return IslabRunner(wrap_env(self.env, wrapper="isaaclab"), cfg)
+        runner = IslabRunner(wrap_env(self.env, wrapper="isaaclab"), cfg)
+        self.fused_sync = use_fused_sync(ctx.distributed) and isinstance(runner.agent, TrackedPPO)
+        runner.agent.fused_sync = self.fused_sync
+        return runner
 
     def save(self, path: Path) -> None:
         """skrl's ``agent.save`` format, written to a temporary file, flushed, renamed over."""
@@ -219,3 +387,23 @@ class SkrlJaxAdapter(SkrlAdapter):
             for key, value in preprocessor.state_dict.params.items():
                 state[f"observation_preprocessor.{key}"] = np.array(value)
         return state
+
+    def deterministic_actions(self, observations: torch.Tensor) -> torch.Tensor:
+        # what skrl's trainer does in eval: act, then take the mean instead of the sample
+        self.agent.enable_training_mode(False, apply_to_models=True)
+        _, outputs = self.agent.act(jnp.asarray(observations.cpu().numpy()), None, timestep=0, timesteps=0)
+        return _jax_to_torch(outputs["mean_actions"]).to(observations.device)
+
+    def inference_module(self) -> torch.nn.Module:
+        """The policy lives in flax params: skrl's *torch* model instantiator builds the same
+        network from the same YAML section and the params are copied in (islab.policy.flax_torch)."""
+        from islab.policy.flax_torch import torch_policy_from_flax
+        from islab.policy.modules import DeterministicPolicy, SkrlPolicyMean, skrl_normalizer
+
+        agent = self.agent
+        model = torch_policy_from_flax(
+            self.agent_cfg["models"]["policy"], agent.policy.state_dict.params, agent.observation_space,
+            agent.action_space,
+        )  # fmt: skip
+        preprocessor = agent.checkpoint_modules.get("observation_preprocessor")
+        return DeterministicPolicy(SkrlPolicyMean(model), normalizer=skrl_normalizer(preprocessor))

@@ -33,6 +33,7 @@ import contextlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -40,6 +41,7 @@ import torch.distributed as dist
 
 from islab.libs._skrl_common import EpisodeReturnMixin, SkrlAdapter, pooled_moments, runner_config
 from islab.libs.base import atomic_torch_save
+from islab.libs.fused_sync import all_reduce_gradients_and, use_fused_sync
 
 
 @contextlib.contextmanager
@@ -61,7 +63,8 @@ def _skrl_imported() -> Iterator[None]:
 with _skrl_imported():
     import skrl
 
-from skrl.agents.torch.ppo import PPO  # noqa: E402 -- only after the guarded import above
+import skrl.agents.torch.ppo.ppo as skrl_ppo_module  # noqa: E402 -- only after the guarded import above
+from skrl.agents.torch.ppo import PPO  # noqa: E402
 from skrl.envs.wrappers.torch import wrap_env  # noqa: E402
 from skrl.resources.preprocessors.torch import RunningStandardScaler  # noqa: E402
 from skrl.utils.runner.torch import Runner  # noqa: E402
@@ -71,30 +74,151 @@ def _world_size() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
+def _local_row(mean: torch.Tensor, var: torch.Tensor, count: Any) -> torch.Tensor:
+    """One rank's ``[mean (F), unbiased variance (F), count]`` in float64 (``pooled_moments``' rows)."""
+    count_t = torch.tensor([float(count)], dtype=torch.float64, device=mean.device)
+    return torch.cat([mean.reshape(-1).double(), var.reshape(-1).double(), count_t])
+
+
+def _scaler_moments(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The batch moments skrl 2.1.1's ``RunningStandardScaler._compute(x, train=True)`` takes."""
+    if x.dim() == 3:
+        return torch.mean(x, dim=(0, 1)), torch.var(x, dim=(0, 1)), x.shape[0] * x.shape[1]
+    return torch.mean(x, dim=0), torch.var(x, dim=0), x.shape[0]
+
+
 class SyncedRunningStandardScaler(RunningStandardScaler):
     """skrl's RunningStandardScaler, but each training batch's mean/variance/count is pooled
-    across all ranks (all_gather, combined in rank order) before the running update."""
+    across all ranks (all_gather, combined in rank order) before the running update.
+
+    Fused sync gathers the rows of all of an update's normalizer batches at once (``prefetched``:
+    ``(local row, gathered rows)``); an update then takes the next entry, after checking that its
+    local row is exactly the one this update computes, instead of making its own collective."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.prefetched: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.cursor = 0
 
     def _parallel_variance(self, input_mean: torch.Tensor, input_var: torch.Tensor, input_count: int) -> None:
         world_size = _world_size()
         if world_size > 1:
-            local = torch.cat(
-                [
-                    input_mean.reshape(-1).double(),
-                    input_var.reshape(-1).double(),
-                    torch.tensor([float(input_count)], dtype=torch.float64, device=input_mean.device),
-                ]
-            )
-            rows = [torch.empty_like(local) for _ in range(world_size)]
-            dist.all_gather(rows, local)
-            input_mean, input_var, count = pooled_moments(torch.stack(rows))
+            local = _local_row(input_mean, input_var, input_count)
+            if self.prefetched:
+                expected, rows = self.prefetched[self.cursor % len(self.prefetched)]
+                self.cursor += 1
+                if not torch.equal(local, expected):
+                    raise RuntimeError("islab: fused normalizer sync out of step with skrl's updates")
+            else:
+                gathered = [torch.empty_like(local) for _ in range(world_size)]
+                dist.all_gather(gathered, local)
+                rows = torch.stack(gathered)
+            input_mean, input_var, count = pooled_moments(rows)
             input_count = count.reshape(())
         super()._parallel_variance(input_mean, input_var, input_count)
 
 
 class TrackedPPO(EpisodeReturnMixin, PPO):
-    """skrl's PPO that also remembers recent episode returns on every rank, and writes its
-    periodic checkpoints atomically."""
+    """skrl's PPO that also remembers recent episode returns on every rank, writes its periodic
+    checkpoints atomically and, with fused sync, makes one collective per minibatch.
+
+    Fused sync (``islab.libs.fused_sync``). Stock skrl makes per minibatch a gradient all-reduce
+    (two with separate policy and value models), per epoch a KL all-reduce, and our synced scalers
+    one all_gather per normalizer update (values, returns, each minibatch of the first epoch). Here:
+
+    * the policy's ``reduce_parameters`` packs the gradients of both models and this minibatch's KL
+      (skrl's formula on the same log-probabilities, recorded from ``policy.act``) into one
+      all-reduce; the value model's call does nothing;
+    * the epoch's KL all-reduce is answered from those sums (``_FusedKlTorch``), so every rank's
+      KLAdaptiveLR steps with the same global KL, as in stock skrl, without a collective;
+    * right after GAE (``compute_gae``, patched below), the moments of every normalizer batch of the
+      update are gathered at once; the first epoch's minibatches are drawn under ``fork_rng``, so
+      skrl's own draw afterwards gives the same permutation.
+    """
+
+    fused_sync = False  # set by the adapter
+
+    def update(self, *, timestep: int, timesteps: int) -> None:
+        if not self.fused_sync:
+            super().update(timestep=timestep, timesteps=timesteps)
+            return
+        self._fused_kl_sums: list[torch.Tensor] = []
+        policy, memory = self.policy, self.memory
+        act, sample = policy.act, memory.sample
+        batches: list[list[torch.Tensor]] = []
+        log_prob_index = self._tensors_names.index("log_prob")
+        actions_index = self._tensors_names.index("actions")
+
+        def recording_sample(*args: Any, **kwargs: Any) -> list[list[torch.Tensor]]:
+            batches[:] = sample(*args, **kwargs)
+            return batches
+
+        def recording_act(inputs: dict, *args: Any, **kwargs: Any) -> Any:
+            result = act(inputs, *args, **kwargs)
+            taken = inputs.get("taken_actions")
+            if taken is not None:
+                batch = next(b for b in batches if b[actions_index] is taken)
+                self._fused_log_probs = (result[1]["log_prob"].detach(), batch[log_prob_index])
+            return result
+
+        policy.act, memory.sample = recording_act, recording_sample
+        policy.reduce_parameters = self._fused_reduce
+        if self.value is not policy:
+            self.value.reduce_parameters = lambda: None  # its gradients ride with the policy's
+        _ACTIVE.append(self)
+        try:
+            super().update(timestep=timestep, timesteps=timesteps)
+        finally:
+            _ACTIVE.remove(self)
+            for owner, name in ((policy, "act"), (memory, "sample"), (policy, "reduce_parameters")):
+                owner.__dict__.pop(name, None)
+            self.value.__dict__.pop("reduce_parameters", None)
+            for scaler in self._synced_scalers():
+                scaler.prefetched, scaler.cursor = [], 0
+
+    def _fused_reduce(self) -> None:
+        with torch.no_grad():  # skrl's approximate KL of this minibatch
+            next_log_prob, sampled_log_prob = self._fused_log_probs
+            ratio = next_log_prob - sampled_log_prob
+            kl = ((torch.exp(ratio) - 1) - ratio).mean()
+        models = [self.policy] if self.value is self.policy else [self.policy, self.value]
+        grads = [p.grad for model in models for p in model.parameters() if p.grad is not None]
+        self._fused_kl_sums.append(all_reduce_gradients_and(grads, [kl], _world_size())[0])
+
+    def _fused_epoch_kl(self, tensor: torch.Tensor) -> None:
+        """In place of the epoch's KL all-reduce: the sum over ranks of the epoch's mean KL."""
+        tensor.copy_(torch.stack(self._fused_kl_sums).mean())
+        self._fused_kl_sums.clear()
+
+    def _synced_scalers(self) -> list[SyncedRunningStandardScaler]:
+        names = ("_observation_preprocessor", "_state_preprocessor", "_value_preprocessor")
+        found = [getattr(self, name, None) for name in names]
+        return [s for s in found if isinstance(s, SyncedRunningStandardScaler)]
+
+    def _prefetch_normalizer_moments(self, values: torch.Tensor, returns: torch.Tensor) -> None:
+        entries: list[tuple[SyncedRunningStandardScaler, torch.Tensor]] = []
+        if isinstance(self._value_preprocessor, SyncedRunningStandardScaler):
+            entries += [(self._value_preprocessor, values), (self._value_preprocessor, returns)]
+        for name, scaler in (("observations", self._observation_preprocessor), ("states", self._state_preprocessor)):
+            if isinstance(scaler, SyncedRunningStandardScaler) and name in self._tensors_names:
+                with torch.random.fork_rng(devices=[]):  # skrl draws the same permutation next
+                    batches = self.memory.sample(
+                        names=[name], batch_size=len(self.memory), mini_batches=self.cfg.mini_batches
+                    )
+                entries += [(scaler, batch[0]) for batch in batches]
+        if not entries:
+            return
+        rows = [_local_row(*_scaler_moments(x)) for _, x in entries]
+        flat = torch.cat(rows)
+        gathered = [torch.empty_like(flat) for _ in range(_world_size())]
+        dist.all_gather(gathered, flat)
+        table = torch.stack(gathered)
+        for scaler in self._synced_scalers():
+            scaler.prefetched, scaler.cursor = [], 0
+        offset = 0
+        for (scaler, _), row in zip(entries, rows, strict=True):
+            scaler.prefetched.append((row, table[:, offset : offset + row.numel()]))
+            offset += row.numel()
 
     def write_checkpoint(self, *, timestep: int, timesteps: int) -> None:
         """skrl 2.1.1's ``write_checkpoint`` (whole-agent layout) with ``atomic_torch_save`` for its
@@ -110,6 +234,47 @@ class TrackedPPO(EpisodeReturnMixin, PPO):
             best_modules = {name: best["modules"][name] for name in self.checkpoint_modules}
             atomic_torch_save(best_modules, directory / "best_agent.pt")
             best["saved"] = True
+
+
+# -- fused sync: the two module-level hooks in skrl's torch PPO module (active only inside a
+# fused TrackedPPO.update; otherwise they pass straight through) ---------------------------------
+_ACTIVE: list[TrackedPPO] = []
+_compute_gae = skrl_ppo_module.compute_gae
+
+
+def _compute_gae_then_prefetch(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    returns, advantages = _compute_gae(*args, **kwargs)
+    if _ACTIVE:
+        _ACTIVE[-1]._prefetch_normalizer_moments(kwargs["values"], returns)
+    return returns, advantages
+
+
+class _FusedKlDistributed(ModuleType):
+    """``torch.distributed`` as skrl's PPO module sees it: its one call, the epoch's KL all-reduce,
+    is answered from the fused per-minibatch sums while a fused update runs."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(dist, name)
+
+    @staticmethod
+    def all_reduce(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        if not _ACTIVE:
+            return dist.all_reduce(tensor, *args, **kwargs)
+        _ACTIVE[-1]._fused_epoch_kl(tensor)
+        return None
+
+
+class _FusedKlTorch(ModuleType):
+    """The ``torch`` that skrl's PPO module sees: the real one but for ``torch.distributed``."""
+
+    distributed = _FusedKlDistributed("torch.distributed")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+
+skrl_ppo_module.compute_gae = _compute_gae_then_prefetch
+skrl_ppo_module.torch = _FusedKlTorch("torch")
 
 
 class IslabRunner(Runner):
@@ -136,7 +301,11 @@ class SkrlTorchAdapter(SkrlAdapter):
         cfg = runner_config(
             self.agent_cfg, base_seed=ctx.base_seed, run_dir=self.run_dir, scaler_class=SyncedRunningStandardScaler
         )
-        return IslabRunner(wrap_env(self.env, wrapper="isaaclab"), cfg)
+        runner = IslabRunner(wrap_env(self.env, wrapper="isaaclab"), cfg)
+        self.fused_sync = use_fused_sync(ctx.distributed) and isinstance(runner.agent, TrackedPPO)
+        if self.fused_sync:
+            runner.agent.fused_sync = True
+        return runner
 
     def _modules(self) -> dict[str, Any]:
         return self.agent.checkpoint_modules
@@ -171,3 +340,16 @@ class SkrlTorchAdapter(SkrlAdapter):
         if preprocessor is not None:
             state.update({f"observation_preprocessor.{k}": v for k, v in preprocessor.state_dict().items()})
         return state
+
+    def deterministic_actions(self, observations: torch.Tensor) -> torch.Tensor:
+        # what skrl's trainer does in eval: act, then take the mean instead of the sample
+        self.agent.enable_training_mode(False, apply_to_models=True)
+        with torch.no_grad():
+            _, outputs = self.agent.act(observations, None, timestep=0, timesteps=0)
+        return outputs["mean_actions"]
+
+    def inference_module(self) -> torch.nn.Module:
+        from islab.policy.modules import DeterministicPolicy, SkrlPolicyMean, skrl_normalizer
+
+        preprocessor = self._modules().get("observation_preprocessor")
+        return DeterministicPolicy(SkrlPolicyMean(self.agent.policy), normalizer=skrl_normalizer(preprocessor))

@@ -1,0 +1,97 @@
+"""Fused sync (``ISLAB_SYNC=fused``, the default) against each library's stock synchronisation.
+
+Two real gloo ranks (or two jax.distributed processes for skrl-JAX) train every library path twice
+from the same seed, once per mode (tests/fused_ranks.py). Per library the fused run must:
+  * make at most ``updates + 2`` collectives per iteration (counted by wrapping torch.distributed's
+    collectives in-process, and islab's cached pmaps for skrl-JAX), and fewer than stock;
+  * take the same adaptive learning-rate decisions as stock, iteration by iteration;
+  * leave both ranks with bit-identical policies;
+  * end with the stock run's policy to a tolerance (``ATOL``; rl_games, skrl-torch and skrl-JAX
+    are bit-identical, rsl_rl's fused normalizer arithmetic differs in the last float bits).
+The stock counts prove what the installed versions do themselves: rsl-rl-lib 5.5 all-reduces
+each observation normalizer three times per iteration (PR #226); fused replaces, never adds to, it.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fused_ranks import run_two_ranks
+
+from islab.libs.fused_sync import sync_mode
+
+ATOL = 1e-4
+NUM_ENVS = 64  # rl_games: 64 x 16 steps = 1024 samples, minibatch 512 -> 2 minibatches
+
+
+def test_sync_mode_defaults_to_fused_and_rejects_typos() -> None:
+    assert sync_mode({}) == "fused"
+    assert sync_mode({"ISLAB_SYNC": "Stock"}) == "stock"
+    with pytest.raises(ValueError, match=r"^error: ISLAB_SYNC: 'fast' is not fused or stock\. Set"):
+        sync_mode({"ISLAB_SYNC": "fast"})
+
+
+def test_installed_normalizer_sync_is_detected() -> None:
+    from islab.libs import rl_games, rsl_rl
+
+    rsl_version = tuple(int(x) for x in metadata.version("rsl-rl-lib").split(".")[:2])
+    assert rsl_rl.library_syncs_normalizer() is (rsl_version >= (5, 5))  # PR #226 landed in 5.5
+    assert rl_games.library_syncs_normalizer() is False  # rl-games 1.6.5 has no PR #363
+
+
+def both_modes(tmp_path: Path, libs: dict[str, Any], framework: str = "torch") -> dict[str, list[dict]]:
+    job = {"seed": 5, "libs": libs, "out": str(tmp_path), "framework": framework}
+    return {mode: run_two_ranks({**job, "mode": mode}) for mode in ("stock", "fused")}
+
+
+def check_library(results: dict[str, list[dict]], lib: str, updates: int) -> dict[str, Any]:
+    import torch
+
+    stock, fused = results["stock"][0][lib], results["fused"][0][lib]
+    assert not stock["fused"] and fused["fused"], f"{lib}: ISLAB_SYNC did not pick the path"
+    for mode in ("stock", "fused"):
+        rank0, rank1 = (results[mode][r][lib] for r in (0, 1))
+        for key, value in rank0["state"].items():
+            assert torch.equal(value, rank1["state"][key]), f"{lib} {mode}: ranks differ in {key}"
+        assert rank0["calls"] == rank1["calls"], f"{lib} {mode}: ranks made different collectives"
+    assert fused["calls"] and all(c <= updates + 2 for c in fused["calls"]), (lib, fused["calls"], fused["names"])
+    assert all(c < s for c, s in zip(fused["calls"], stock["calls"], strict=True)), (lib, stock["calls"])
+    assert fused["rates"] == stock["rates"], f"{lib}: the adaptive learning rate took other decisions"
+    diff = max((stock["state"][k].double() - fused["state"][k].double()).abs().max().item() for k in stock["state"])
+    assert diff <= ATOL, f"{lib}: fused policy differs from stock by {diff}"
+    return {"stock_calls": stock["calls"][0], "fused_calls": fused["calls"][0], "max_abs_diff": diff}
+
+
+@pytest.mark.slow
+def test_fused_sync_matches_stock_for_torch_libraries(tmp_path: Path) -> None:
+    libs = {
+        # both observation normalizers on: the installed rsl_rl syncs them itself (3 all-reduces each)
+        "rsl_rl": {"num_envs": NUM_ENVS, "iterations": 2, "overrides": ["actor.obs_normalization=true",
+                                                                        "critic.obs_normalization=true"]},
+        "rl_games": {"num_envs": NUM_ENVS, "iterations": 2, "overrides": ["params.config.minibatch_size=512"]},
+        "skrl": {"num_envs": NUM_ENVS, "iterations": 2, "overrides": ["agent.learning_epochs=2"]},
+    }  # fmt: skip
+    results = both_modes(tmp_path, libs)
+    rsl = check_library(results, "rsl_rl", updates=20)
+    # stock: KL + rate broadcast + gradients per update, 3 per normalizer (rsl_rl's own, PR #226)
+    assert (rsl["stock_calls"], rsl["fused_calls"]) == (3 * 20 + 2 * 3, 20 + 1)
+    games = check_library(results, "rl_games", updates=8 * 2)
+    # stock: 3 per update, 1 KL per mini-epoch, 1 per normalizer update (16 obs + 2 value), should_exit
+    assert (games["stock_calls"], games["fused_calls"]) == (3 * 16 + 8 + 18 + 1, 16 + 2)
+    skrl = check_library(results, "skrl", updates=2 * 8)
+    # stock: gradients per update, KL per epoch, 1 all_gather per normalizer update (8 obs + 2 value)
+    assert (skrl["stock_calls"], skrl["fused_calls"]) == (16 + 2 + 10, 16 + 1)
+    assert games["max_abs_diff"] == 0.0 and skrl["max_abs_diff"] == 0.0  # same arithmetic, same bits
+
+
+@pytest.mark.slow
+def test_fused_sync_matches_stock_for_skrl_jax(tmp_path: Path) -> None:
+    libs = {"skrl": {"num_envs": 32, "iterations": 2, "framework": "jax", "overrides": ["agent.learning_epochs=2"]}}
+    results = both_modes(tmp_path, libs, framework="jax")
+    jax_skrl = check_library(results, "skrl", updates=2 * 8)
+    # stock: policy and value psums per update, KL psum per epoch, 10 normalizer all_gathers
+    assert (jax_skrl["stock_calls"], jax_skrl["fused_calls"]) == (2 * 16 + 2 + 10, 16 + 1)
+    assert jax_skrl["max_abs_diff"] == 0.0
