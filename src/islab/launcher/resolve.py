@@ -33,6 +33,7 @@ from pydantic import ValidationError
 from islab.agent_config import AgentConfigError, load_agent_config
 from islab.budget import rollout_length
 from islab.launcher.issues import Issue, SpecError, suggest
+from islab.launcher.resumed import frozen_field_issue, run_dir_of, stored_layer
 from islab.launcher.spec import CHOICES, DEFAULT_TASK, FIELDS, INPUT_FIELDS, MODULE_PATTERN, Rendezvous, RunSpec
 from islab.libs.registry import LIBRARIES
 from islab.tasks import (
@@ -52,6 +53,7 @@ class Source(str, Enum):
     SLURM = "slurm"
     ENV = "env"
     FILE = "file"
+    RESUMED = "resumed"  # the stored spec of the run being resumed (islab.launcher.resumed)
     DEFAULT = "default"
 
 
@@ -176,11 +178,16 @@ def resolve_spec(
         for layer in (file_layer, env or {}, cli or {}):
             chosen.update({name: provided.value for name, provided in layer.items()})
         slurm_layer = slurm(chosen)
+    # --resume RUN_DIR alone continues with the run's stored spec, below everything given now.
+    resume = next((layer["resume"].value for layer in (cli or {}, env or {}, file_layer) if "resume" in layer), None)
+    resumed_dir = run_dir_of(resume) if isinstance(resume, str) else None
+    stored = stored_layer(resumed_dir) if resumed_dir is not None else {}
     layers = (
         (Source.CLI, cli or {}),
         (Source.SLURM, slurm_layer),
         (Source.ENV, env or {}),
         (Source.FILE, file_layer),
+        (Source.RESUMED, {name: Provided(*held) for name, held in stored.items()}),
     )
 
     merged: dict[str, Any] = {}
@@ -209,6 +216,9 @@ def resolve_spec(
         spec = RunSpec.model_validate(_unflatten(merged))
     except ValidationError as exc:
         raise SpecError([_issue_from_pydantic(err, origins) for err in exc.errors()]) from None
+    issue = frozen_field_issue(spec, stored, origins, resumed_dir) if resumed_dir is not None else None
+    if issue is not None:
+        raise SpecError(issue)
     issue = _disk_issue(spec)
     if issue is not None:
         raise SpecError(Issue(_label(issue.field, origins), issue.problem, issue.fix))
