@@ -45,6 +45,7 @@ from islab.launcher.addresses import join_host_port, split_host_port
 from islab.launcher.issues import Issue, mask_env
 from islab.launcher.resolve import ResolvedSpec
 from islab.launcher.spec import DEFAULT_C10D_ID, DEFAULT_MULTINODE_MASTER_PORT, DEFAULT_RDZV_TIMEOUT_S, RunSpec
+from islab.launcher.text import comment
 from islab.libs.registry import apply_env_fixes, launcher_of
 
 Launcher = Literal["torchrun", "skrl-jax"]
@@ -278,15 +279,21 @@ def format_text(plan: LaunchPlan, resolved: ResolvedSpec) -> str:
     command. Every non-command line is a shell comment, so the whole output can be pasted."""
     spec = resolved.spec
     lines = [
-        f"# islab-train plan: {plan.launcher}, {spec.nnodes_text.replace(':', '-')} node(s) x "
-        f"{spec.nproc_per_node} process(es) on {spec.device}, world size "
-        f"{'up to ' if spec.elastic else ''}{spec.nnodes * spec.nproc_per_node}",
-        f"# run dir: {plan.run_dir}",
-        *([f"# budget: {plan.budget.describe(resuming=spec.resume is not None)}"] if plan.budget is not None else []),
-        "# resolved spec (field = value  (source: cli|env|file|default)):",
+        comment(
+            f"islab-train plan: {plan.launcher}, {spec.nnodes_text.replace(':', '-')} node(s) x "
+            f"{spec.nproc_per_node} process(es) on {spec.device}, world size "
+            f"{'up to ' if spec.elastic else ''}{spec.nnodes * spec.nproc_per_node}"
+        ),
+        comment(f"run dir: {plan.run_dir}"),
+        *(
+            [comment(f"budget: {plan.budget.describe(resuming=spec.resume is not None)}")]
+            if plan.budget is not None
+            else []
+        ),
+        comment("resolved spec (field = value  (source: cli|env|file|default)):"),
     ]
     if resolved.cluster_file:
-        lines.append(f"#   cluster file: {resolved.cluster_file}")
+        lines.append(comment(f"  cluster file: {resolved.cluster_file}"))
     rows = resolved.explain()
     width = max(len(name) for name, _, _ in rows)
     for name, value, source in rows:
@@ -296,14 +303,16 @@ def format_text(plan: LaunchPlan, resolved: ResolvedSpec) -> str:
             value, detail = plan.derived[name], f"{detail}, chosen by the planner"
         elif name == "max_iterations" and spec.total_env_steps is not None:
             detail = f"{detail}, derived from total_env_steps by each run"
-        lines.append(f"#   {name.ljust(width)} = {_comment_value(value)}  ({detail})")
+        lines.append(comment(f"  {name.ljust(width)} = {_comment_value(value)}  ({detail})"))
     if plan.launcher == skrl_jax.NAME:
         lines.append(
-            "# note: a real launch starts these ranks itself (same JAX_* variables as skrl's "
-            "launcher) so that a failing rank fails the run"
+            comment(
+                "note: a real launch starts these ranks itself (same JAX_* variables as skrl's "
+                "launcher) so that a failing rank fails the run"
+            )
         )
     for node in plan.nodes:
-        lines.append(f"# node {node.node_rank}")
+        lines.append(comment(f"node {node.node_rank}"))
         lines.append(shell_line(node.argv, node.env))
     return "\n".join(lines)
 
