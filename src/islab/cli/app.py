@@ -66,7 +66,7 @@ EPILOG = """\
   [dim]# SLURM: write a batch script, submit it (each node runs islab-train --slurm)[/dim]
   islab-train sbatch --nnodes 2 --gpus 4 --partition gpu > job.sh && sbatch job.sh
 
-  [dim]# see every rank's output, prefixed [rank R] (default: progress + rank 0's errors)[/dim]
+  [dim]# see every rank's output, prefixed \\[rank R] (default: progress + rank 0's errors)[/dim]
   islab-train --device cpu --nproc 2 --all-ranks
 
   [dim]# which tasks exist, and for which libraries[/dim]
