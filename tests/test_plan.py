@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from datetime import datetime
@@ -425,3 +426,16 @@ def test_dry_run_of_an_elastic_job_leaves_the_iterations_to_the_run():
     assert budget["world_size_range"] == [2, 4]
     line = next(line for line in format_text(plan, res).splitlines() if line.startswith("# budget:"))
     assert "31 iterations × 2 ranks" in line and "16 iterations × 4 ranks" in line
+
+
+def test_torchrun_ranks_get_omp_threads_cores_over_n(monkeypatch):
+    """torchrun's OMP_NUM_THREADS banner goes and the value matches the worker's cores // N."""
+    from islab.launcher.torchrun import TorchrunNode, ranks_env
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert ranks_env({}, 2, cores=8)["OMP_NUM_THREADS"] == "4"
+    assert ranks_env({}, 4, cores=2)["OMP_NUM_THREADS"] == "1"
+    assert ranks_env({"OMP_NUM_THREADS": "3"}, 2, cores=8)["OMP_NUM_THREADS"] == "3"
+    plan = plan_for(lib="rsl_rl", device="cpu", nproc_per_node=2)
+    child = TorchrunNode(plan, plan.nodes[0]).children()[0]
+    assert child.env["OMP_NUM_THREADS"] == str(max(1, (os.cpu_count() or 1) // 2))
