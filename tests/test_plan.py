@@ -439,3 +439,17 @@ def test_torchrun_ranks_get_omp_threads_cores_over_n(monkeypatch):
     plan = plan_for(lib="rsl_rl", device="cpu", nproc_per_node=2)
     child = TorchrunNode(plan, plan.nodes[0]).children()[0]
     assert child.env["OMP_NUM_THREADS"] == str(max(1, (os.cpu_count() or 1) // 2))
+
+
+def test_ipv6_reaches_torchrun_intact_and_is_refused_for_skrl_jax(islab):
+    """torchrun parses [v6]:port (c10d endpoint) and a bare v6 master address; skrl's JAX launcher
+    splits on ':' (issue 14 item 2), so a bracketed coordinator is refused before launch."""
+    c10d = plan_for(
+        lib="rsl_rl", device="cpu", nproc_per_node=2, rendezvous={"backend": "c10d", "endpoint": "[::1]:29400"}
+    )
+    assert torchrun_args(c10d.nodes[0].argv).rdzv_endpoint == "[::1]:29400"
+    static = plan_for(lib="rsl_rl", device="cpu", nnodes=2, node_rank=1, rendezvous={"master_addr": "::1"})
+    assert torchrun_args(static.nodes[0].argv).master_addr == "::1"
+    code, out, err = islab("--lib", "skrl", "--ml-framework", "jax", "--device", "cpu", "--dry-run",
+                           "--coordinator-address", "[::1]:12351")  # fmt: skip
+    assert code == 2 and out == "" and err.startswith("error: coordinator_address") and "IPv6" in err

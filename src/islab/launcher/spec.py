@@ -410,6 +410,17 @@ class RunSpec(_Frozen):
         return self
 
     def _check_jax(self, rdzv: Rendezvous) -> None:
+        if self.coordinator_address is not None and self.coordinator_address.startswith("["):
+            # skrl's launcher (the printed command) splits the address on ':' and skrl joins
+            # JAX_COORDINATOR_ADDR + ':' + port, so an IPv6 literal cannot reach jax.distributed
+            # intact on every path; refuse it rather than hang at the rendezvous.
+            raise _rule(
+                "coordinator_address",
+                f"{self.coordinator_address!r} is an IPv6 address, which skrl's JAX launcher cannot pass on "
+                "(it splits the address on ':')",
+                "Give node 0's IPv4 address or host name, e.g. 10.0.0.1:5000 (torchrun's --master-addr and "
+                "--rdzv-endpoint do accept IPv6)",
+            )
         torchrun_only = {
             "rendezvous.backend": rdzv.backend != "static",
             "rendezvous.master_addr": rdzv.master_addr is not None,
