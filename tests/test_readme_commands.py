@@ -79,3 +79,11 @@ def test_readme_command_runs(islab, monkeypatch, line, command):
     code, out, err = islab(*argv)
     assert code == 0, f"README.md:{line}: {command}\n{err}"
     assert out.strip()
+
+
+def test_quick_start_puts_islab_train_on_path():
+    """The demo prints ``islab-train ... --resume``: the quick start must say how to get the
+    command in a new shell (issue 14 item 8). scripts/setup.sh makes the venv that holds it."""
+    quick_start = README.read_text().split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    assert "    source .venv/bin/activate" in quick_start
+    assert ".venv" in (REPO / "scripts" / "setup.sh").read_text()
