@@ -226,7 +226,7 @@ def _pump(
         tail.append(line.rstrip("\n"))
         on_line(child.rank, line)
         line_rank, text = (child.rank, line) if child.first_rank is None else route_line(line, child.first_rank)
-        if policy.shows(line_rank, stream):
+        if policy.shows(line_rank, stream, text):
             view.emit(rank_prefix(line_rank) + text, sink)
     pipe.close()
 
