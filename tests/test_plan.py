@@ -157,8 +157,10 @@ def test_jax_single_node():
     args = jax_launcher_args(plan.nodes[0].argv)
     assert (args.nnodes, args.nproc_per_node, args.node_rank) == (1, 2, 0)
     assert args.coordinator_address == f"127.0.0.1:{FREE_PORT}"  # not skrl's fixed 5000
-    assert args.script == str(ENTRY_SCRIPT)
-    check_worker(args.script_args, lib="skrl", ml_framework="jax", device="cuda")
+    # portable: the module form, no path of this machine's worker file (issue 14 item 6)
+    assert (args.script, args.script_args[0]) == ("-m", "islab.worker")
+    assert str(ENTRY_SCRIPT.parent) not in " ".join(plan.nodes[0].argv)
+    check_worker(args.script_args[1:], lib="skrl", ml_framework="jax", device="cuda")
     assert dict(plan.nodes[0].env) == {"GIT_PYTHON_REFRESH": "quiet", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     assert plan.node0_port == FREE_PORT
 

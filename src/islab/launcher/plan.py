@@ -33,7 +33,6 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from importlib.util import find_spec
 from pathlib import Path, PurePath
 from types import MappingProxyType
 from typing import Literal
@@ -51,14 +50,6 @@ from islab.libs.registry import apply_env_fixes, launcher_of
 Launcher = Literal["torchrun", "skrl-jax"]
 LOCALHOST = "127.0.0.1"
 RUN_DIR_TIME_FORMAT = "%Y-%m-%d_%H-%M-%S"
-
-
-def entry_script() -> str:
-    """The worker's ``__main__.py``: skrl's JAX launcher runs a script path, not a module. Found
-    without importing the worker package (the launcher stays off the rank side)."""
-    worker = find_spec(torchrun.WORKER_MODULE)
-    assert worker is not None and worker.submodule_search_locations, "islab.worker is not installed"
-    return str(Path(next(iter(worker.submodule_search_locations)), "__main__.py").resolve())
 
 
 @dataclass(frozen=True)
@@ -207,12 +198,16 @@ def build_plan(spec: RunSpec, *, now: datetime, free_port: int) -> LaunchPlan:
     nodes = []
     for node_rank in node_ranks:
         if launcher == skrl_jax.NAME:
-            coordinator, script = derived["coordinator_address"], entry_script()
+            coordinator = derived["coordinator_address"]
+            # The module form, as torchrun's commands: no path of this machine in a command for another.
             ranks = tuple(
-                RankLaunch(global_rank, local_rank, (spec.python, script, *worker), MappingProxyType({**env, **jax}))
+                RankLaunch(
+                    global_rank, local_rank, (spec.python, "-m", torchrun.WORKER_MODULE, *worker),
+                    MappingProxyType({**env, **jax}),
+                )
                 for global_rank, local_rank, jax in skrl_jax.rank_envs(spec, node_rank, coordinator)
             )
-            argv = skrl_jax.node_argv(spec, node_rank, coordinator, script, worker)
+            argv = skrl_jax.node_argv(spec, node_rank, coordinator, worker)
             nodes.append(NodePlan(node_rank, argv, env, ranks))
         else:
             nodes.append(NodePlan(node_rank, torchrun.node_argv(spec, node_rank, derived, worker), env))
