@@ -247,6 +247,27 @@ def test_gpus_above_visible_devices_is_refused(islab, monkeypatch, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_gpu_check_counts_the_spec_env_the_ranks_get(islab, monkeypatch, tmp_path):
+    """Issue 14 item 3: CUDA_VISIBLE_DEVICES in the spec's env: is what the ranks see; two ranks
+    on one visible GPU would share it, so the launch is refused naming the mismatch."""
+    from islab.launcher import doctor
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    cluster = tmp_path / "one-gpu.yaml"
+    cluster.write_text(yaml.safe_dump({"device": "cuda", "nproc_per_node": 2, "env": {"CUDA_VISIBLE_DEVICES": "3"}}))
+    logs = tmp_path / "logs"
+    message = assert_usage_error(islab("--cluster", str(cluster), "--log-dir", str(logs)), "--gpus 1", "share a GPU")
+    assert "2 GPU processes" in message and not logs.exists()
+    from datetime import datetime
+
+    from islab.launcher.plan import build_plan
+    from islab.launcher.resolve import resolve_spec
+
+    spec = resolve_spec(cluster_file=cluster).spec
+    facts = doctor.gather_facts(spec, build_plan(spec, now=datetime(2026, 1, 1), free_port=29500), full=False)
+    assert facts.visible_gpus == 1  # doctor counts the ranks' view too
+
+
 def test_windows_is_refused_but_dry_run_works(islab, monkeypatch, tmp_path):
     monkeypatch.setattr(sys, "platform", "win32")
     assert_usage_error(islab("--device", "cpu", "--log-dir", str(tmp_path)), "platform", "WSL2")

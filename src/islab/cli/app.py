@@ -212,7 +212,8 @@ def _plan_and_go(resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, al
     except SpecError as exc:
         fail(exc)
 
-    visible_gpus = visible_gpu_count() if spec.device == "cuda" else 0
+    # The ranks get the spec's env on top of ours: count the GPUs they will see.
+    visible_gpus = visible_gpu_count({**os.environ, **spec.env}) if spec.device == "cuda" else 0
     if dry_run:
         if spec.device == "cuda" and visible_gpus < spec.nproc_per_node:
             print(

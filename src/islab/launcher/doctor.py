@@ -159,7 +159,8 @@ def gather_facts(
         spec=spec,
         node_rank=node_rank,
         platform=sys.platform,
-        visible_gpus=visible_gpu_count(environ) if visible_gpus is None else visible_gpus,
+        # What the ranks will see: the spec's env (e.g. CUDA_VISIBLE_DEVICES) over this shell's.
+        visible_gpus=visible_gpu_count({**environ, **spec.env}) if visible_gpus is None else visible_gpus,
         interfaces=interfaces,
         socket_env=socket_env,
         nvidia_smi=nvidia_smi,

@@ -368,7 +368,8 @@ def gpu_issue(spec: RunSpec, visible_gpus: int) -> Issue | None:
         return Issue(
             "nproc_per_node",
             f"{spec.nproc_per_node} GPU processes per node need {spec.nproc_per_node} GPUs "
-            f"but {visible_gpus} are visible (CUDA_VISIBLE_DEVICES is honoured)",
+            f"but {visible_gpus} are visible to the ranks (CUDA_VISIBLE_DEVICES from the spec's env: or this "
+            "shell), so ranks would share a GPU",
             f"Use --gpus {visible_gpus}, or --device cpu --nproc {spec.nproc_per_node}",
         )
     return None
