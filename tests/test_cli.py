@@ -247,6 +247,27 @@ def test_gpus_above_visible_devices_is_refused(islab, monkeypatch, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_gpu_check_counts_the_spec_env_the_ranks_get(islab, monkeypatch, tmp_path):
+    """Issue 14 item 3: CUDA_VISIBLE_DEVICES in the spec's env: is what the ranks see; two ranks
+    on one visible GPU would share it, so the launch is refused naming the mismatch."""
+    from islab.launcher import doctor
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    cluster = tmp_path / "one-gpu.yaml"
+    cluster.write_text(yaml.safe_dump({"device": "cuda", "nproc_per_node": 2, "env": {"CUDA_VISIBLE_DEVICES": "3"}}))
+    logs = tmp_path / "logs"
+    message = assert_usage_error(islab("--cluster", str(cluster), "--log-dir", str(logs)), "--gpus 1", "share a GPU")
+    assert "2 GPU processes" in message and not logs.exists()
+    from datetime import datetime
+
+    from islab.launcher.plan import build_plan
+    from islab.launcher.resolve import resolve_spec
+
+    spec = resolve_spec(cluster_file=cluster).spec
+    facts = doctor.gather_facts(spec, build_plan(spec, now=datetime(2026, 1, 1), free_port=29500), full=False)
+    assert facts.visible_gpus == 1  # doctor counts the ranks' view too
+
+
 def test_windows_is_refused_but_dry_run_works(islab, monkeypatch, tmp_path):
     monkeypatch.setattr(sys, "platform", "win32")
     assert_usage_error(islab("--device", "cpu", "--log-dir", str(tmp_path)), "platform", "WSL2")
@@ -411,3 +432,20 @@ def test_the_option_table_is_the_one_declaration_of_every_option(islab):
     assert spec_default("max_iterations") == 150 and spec_default("rendezvous.timeout_s") == 300
     code, out, _ = islab("--help")
     assert code == 0 and "Default: 150." in out and "Default: 300." in out
+
+
+def test_per_node_options_must_agree_with_the_shared_cluster_file(islab, tmp_path):
+    """Issue 14 item 5: options every node must agree on are refused when one node's command line
+    changes the shared file; torchrun's --nproc-per-node may differ per node (its rendezvous sums
+    the world size), skrl-JAX's may not (JAX_WORLD_SIZE = nnodes x nproc on every rank)."""
+    shared = str(REPO / "configs" / "cluster" / "two-node-static.yaml")
+    code, out, err = islab("--cluster", shared, "--node-rank", "1", "--master-port", "29600", "--dry-run")
+    assert code == 2 and out == "" and err.startswith("error: rendezvous.master_port") and "two-node-static" in err
+    code, _, err = islab("--cluster", shared, "--node-rank", "1", "--gpus", "4", "--dry-run")
+    assert code == 0, err
+    jax = tmp_path / "jax.yaml"
+    jax.write_text(yaml.safe_dump({"lib": "skrl", "ml_framework": "jax", "device": "cpu", "nnodes": 2,
+                                   "nproc_per_node": 2, "coordinator_address": "10.0.0.1:5000"}))  # fmt: skip
+    code, out, err = islab("--cluster", str(jax), "--node-rank", "1", "--nproc", "4", "--dry-run")
+    assert code == 2 and err.startswith("error: nproc_per_node (--nproc)"), err
+    assert islab("--cluster", str(jax), "--node-rank", "1", "--dry-run")[0] == 0

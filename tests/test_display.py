@@ -240,3 +240,22 @@ def test_summary_shows_the_checkpoint_resume_uses():
     summary = {"checkpoint": "/r/model_11.pt", "islab_checkpoint": "/r/checkpoints/latest.pt"}
     rows = dict(summary_rows(summary, "/r", "islab-train --resume /r"))
     assert rows["checkpoint"] == "/r/checkpoints/latest.pt"
+
+
+def test_rank_info_records_and_colour_codes_stay_off_plain_consoles(tmp_path):
+    """skrl's coloured "[skrl:INFO]" lines from rank 0 (issue 14 item 12): hidden by default, and
+    plain (non-TTY) output carries no escape codes even with --all-ranks."""
+    import io
+
+    from islab.launcher.console import ConsolePolicy, RunView
+
+    quiet = ConsolePolicy()
+    info = "\x1b[38;20m[skrl:INFO] Seeding: 42\x1b[0m\n"
+    assert not quiet.shows(0, "err", info)
+    assert not quiet.shows(0, "err", "INFO:root:started\n")
+    assert quiet.shows(0, "err", "\x1b[33m[skrl:WARNING] low reward\x1b[0m\n")
+    assert quiet.shows(0, "err", "Traceback (most recent call last):\n")
+    sink = io.StringIO()
+    view = RunView(str(tmp_path), sink, live=False, interval_s=3600)
+    view.emit("[rank 0] " + info, sink)  # what --all-ranks shows
+    assert sink.getvalue() == "[rank 0] [skrl:INFO] Seeding: 42\n"

@@ -67,8 +67,12 @@ def test_driver_cuda_version_from_nvidia_smi_text():
     cuda = spec(device="cuda")
     assert doctor.check_driver_cuda(cuda, NVIDIA_SMI, runtime(torch_cuda="12.1")).status == "pass"
     assert doctor.check_driver_cuda(cuda, NVIDIA_SMI, runtime(torch_cuda="12.4")).status == "pass"
-    old_driver = doctor.check_driver_cuda(cuda, NVIDIA_SMI, runtime(torch_cuda="12.8"))
-    assert old_driver.status == "fail" and "12.4" in old_driver.detail and "driver" in old_driver.fix
+    # A minor gap (driver 12.4, torch 12.8) runs by CUDA's minor-version compatibility: a warning.
+    minor_gap = doctor.check_driver_cuda(cuda, NVIDIA_SMI, runtime(torch_cuda="12.8"))
+    assert minor_gap.status == "warn" and "12.4" in minor_gap.detail and "driver" in minor_gap.fix
+    # A major gap (driver 12.4, torch 13.0) cannot run: a failure.
+    major_gap = doctor.check_driver_cuda(cuda, NVIDIA_SMI, runtime(torch_cuda="13.0"))
+    assert major_gap.status == "fail" and "12.4" in major_gap.detail and "driver" in major_gap.fix
     assert doctor.check_driver_cuda(cuda, NVIDIA_SMI.replace("12.4", "11.8"), runtime(torch_cuda="12.1")).status == (
         "fail"
     )

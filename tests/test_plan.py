@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from datetime import datetime
@@ -156,8 +157,10 @@ def test_jax_single_node():
     args = jax_launcher_args(plan.nodes[0].argv)
     assert (args.nnodes, args.nproc_per_node, args.node_rank) == (1, 2, 0)
     assert args.coordinator_address == f"127.0.0.1:{FREE_PORT}"  # not skrl's fixed 5000
-    assert args.script == str(ENTRY_SCRIPT)
-    check_worker(args.script_args, lib="skrl", ml_framework="jax", device="cuda")
+    # portable: the module form, no path of this machine's worker file (issue 14 item 6)
+    assert (args.script, args.script_args[0]) == ("-m", "islab.worker")
+    assert str(ENTRY_SCRIPT.parent) not in " ".join(plan.nodes[0].argv)
+    check_worker(args.script_args[1:], lib="skrl", ml_framework="jax", device="cuda")
     assert dict(plan.nodes[0].env) == {"GIT_PYTHON_REFRESH": "quiet", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     assert plan.node0_port == FREE_PORT
 
@@ -439,3 +442,30 @@ def test_dry_run_of_an_elastic_job_leaves_the_iterations_to_the_run():
     assert budget["world_size_range"] == [2, 4]
     line = next(line for line in format_text(plan, res).splitlines() if line.startswith("# budget:"))
     assert "31 iterations × 2 ranks" in line and "16 iterations × 4 ranks" in line
+
+
+def test_torchrun_ranks_get_omp_threads_cores_over_n(monkeypatch):
+    """torchrun's OMP_NUM_THREADS banner goes and the value matches the worker's cores // N."""
+    from islab.launcher.torchrun import TorchrunNode, ranks_env
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert ranks_env({}, 2, cores=8)["OMP_NUM_THREADS"] == "4"
+    assert ranks_env({}, 4, cores=2)["OMP_NUM_THREADS"] == "1"
+    assert ranks_env({"OMP_NUM_THREADS": "3"}, 2, cores=8)["OMP_NUM_THREADS"] == "3"
+    plan = plan_for(lib="rsl_rl", device="cpu", nproc_per_node=2)
+    child = TorchrunNode(plan, plan.nodes[0]).children()[0]
+    assert child.env["OMP_NUM_THREADS"] == str(max(1, (os.cpu_count() or 1) // 2))
+
+
+def test_ipv6_reaches_torchrun_intact_and_is_refused_for_skrl_jax(islab):
+    """torchrun parses [v6]:port (c10d endpoint) and a bare v6 master address; skrl's JAX launcher
+    splits on ':' (issue 14 item 2), so a bracketed coordinator is refused before launch."""
+    c10d = plan_for(
+        lib="rsl_rl", device="cpu", nproc_per_node=2, rendezvous={"backend": "c10d", "endpoint": "[::1]:29400"}
+    )
+    assert torchrun_args(c10d.nodes[0].argv).rdzv_endpoint == "[::1]:29400"
+    static = plan_for(lib="rsl_rl", device="cpu", nnodes=2, node_rank=1, rendezvous={"master_addr": "::1"})
+    assert torchrun_args(static.nodes[0].argv).master_addr == "::1"
+    code, out, err = islab("--lib", "skrl", "--ml-framework", "jax", "--device", "cpu", "--dry-run",
+                           "--coordinator-address", "[::1]:12351")  # fmt: skip
+    assert code == 2 and out == "" and err.startswith("error: coordinator_address") and "IPv6" in err

@@ -24,6 +24,7 @@ from islab.cli.app import ARGV, PROG, app, source_of
 from islab.cli.commands import SUBCOMMANDS, commands
 from islab.cli.options import BY_NAME
 from islab.launcher.issues import Issue, suggest
+from islab.launcher.text import escape
 
 # Characters that typesetting puts where "--" was meant (the Chinese edition of Isaac Lab's guide
 # prints "–distributed"); argparse/click would report a confusing "unexpected argument".
@@ -96,7 +97,7 @@ def run(argv: list[str] | None = None) -> int:
         return 2
     except click_exceptions.UsageError as exc:
         message = " ".join(exc.format_message().split()).rstrip(".")
-        print(f"error: {message}. Run '{PROG} --help' for the options.", file=sys.stderr)
+        print(escape(f"error: {message}. Run '{PROG} --help' for the options."), file=sys.stderr)
         return 2
     except typer.Abort:
         return 130

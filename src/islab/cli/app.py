@@ -66,7 +66,7 @@ EPILOG = """\
   [dim]# SLURM: write a batch script, submit it (each node runs islab-train --slurm)[/dim]
   islab-train sbatch --nnodes 2 --gpus 4 --partition gpu > job.sh && sbatch job.sh
 
-  [dim]# see every rank's output, prefixed [rank R] (default: progress + rank 0's errors)[/dim]
+  [dim]# see every rank's output, prefixed \\[rank R] (default: progress + rank 0's errors)[/dim]
   islab-train --device cpu --nproc 2 --all-ranks
 
   [dim]# which tasks exist, and for which libraries[/dim]
@@ -212,7 +212,8 @@ def _plan_and_go(resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, al
     except SpecError as exc:
         fail(exc)
 
-    visible_gpus = visible_gpu_count() if spec.device == "cuda" else 0
+    # The ranks get the spec's env on top of ours: count the GPUs they will see.
+    visible_gpus = visible_gpu_count({**os.environ, **spec.env}) if spec.device == "cuda" else 0
     if dry_run:
         if spec.device == "cuda" and visible_gpus < spec.nproc_per_node:
             print(

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape as escape_markup
 
 from islab.launcher.plan import LOCALHOST
 from islab.launcher.spec import CHOICES, DEFAULT_C10D_ID, DEFAULT_MULTINODE_MASTER_PORT, Rendezvous, RunSpec
@@ -92,8 +93,10 @@ class Option:
             declared = (self.flag,)
             if "/" in self.flag:
                 extra["show_default"] = False
+        # Help is rendered as Rich markup: escape it here, the one place help strings are built,
+        # so text such as "[rank R]" is shown rather than eaten as a style tag.
         option = typer.Option(
-            *declared, help=self.help_text(), envvar=self.envvar, rich_help_panel=self.panel, **extra
+            *declared, help=escape_markup(self.help_text()), envvar=self.envvar, rich_help_panel=self.panel, **extra
         )
         if self.is_flag and "/" not in self.flag:
             return keyword(self.name, Annotated[bool, option], False)

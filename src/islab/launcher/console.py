@@ -47,6 +47,20 @@ DEFAULT_PLAIN_INTERVAL_S = 10.0
 _TORCHRUN_LINE = re.compile(r"^\[default(\d+)\]:(.*)$", re.DOTALL)
 
 Stream = Literal["out", "err"]
+# ANSI/VT100 escape sequences (colours, cursor moves): CSI ... final byte, or ESC + one byte.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+# A log record below WARNING, as Python logging formats it in the libraries: "[skrl:INFO] ...",
+# "INFO:root:...", "2026-... - INFO - ..." (checked after the colour codes are gone).
+_QUIET_RECORD = re.compile(r"^\s*(\[[\w.]+:(INFO|DEBUG)\]|(INFO|DEBUG):|\S.*? - (INFO|DEBUG) - )")
+
+
+def strip_ansi(text: str) -> str:
+    return _ANSI.sub("", text)
+
+
+def _is_tty(sink: IO[str]) -> bool:
+    isatty = getattr(sink, "isatty", None)
+    return bool(isatty and isatty())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -61,10 +75,12 @@ class ConsolePolicy:
 
     all_ranks: bool = False
 
-    def shows(self, rank: int | None, stream: Stream) -> bool:
+    def shows(self, rank: int | None, stream: Stream, text: str = "") -> bool:
+        """Whether a line reaches the console. By default a rank's INFO/DEBUG log records are
+        not shown (README: only warnings and errors), even though logging writes them to stderr."""
         if rank is None or self.all_ranks:
             return True
-        return rank == 0 and stream == "err"
+        return rank == 0 and stream == "err" and not _QUIET_RECORD.match(strip_ansi(text))
 
 
 def route_line(line: str, first_rank: int) -> tuple[int | None, str]:
@@ -236,6 +252,8 @@ class RunView:
 
     def emit(self, text: str, sink: IO[str]) -> None:
         """Show one line of output (above the live display when there is one)."""
+        if self._live is None and not _is_tty(sink):
+            text = strip_ansi(text)  # plain (non-TTY) output: no escape codes in logs and pipes
         with self._lock:
             if self._live is not None:
                 self._live.console.print(text.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)

@@ -159,7 +159,8 @@ def gather_facts(
         spec=spec,
         node_rank=node_rank,
         platform=sys.platform,
-        visible_gpus=visible_gpu_count(environ) if visible_gpus is None else visible_gpus,
+        # What the ranks will see: the spec's env (e.g. CUDA_VISIBLE_DEVICES) over this shell's.
+        visible_gpus=visible_gpu_count({**environ, **spec.env}) if visible_gpus is None else visible_gpus,
         interfaces=interfaces,
         socket_env=socket_env,
         nvidia_smi=nvidia_smi,
@@ -364,11 +365,18 @@ def check_driver_cuda(spec: RunSpec, nvidia_smi_text: str | None, runtime: Runti
         return Check(name, "warn", "could not read 'CUDA Version' from nvidia-smi", "Check nvidia-smi's output")
     built = tuple(int(part) for part in runtime.torch_cuda.split(".")[:2])
     text = f"driver supports CUDA {driver[0]}.{driver[1]}, torch built with {runtime.torch_cuda}"
-    if driver < built:
+    if driver[0] < built[0]:
         return Check(
             name, "fail", text,
             f"Update the NVIDIA driver to one for CUDA ≥ {runtime.torch_cuda}, or install a torch built for "
             f"CUDA ≤ {driver[0]}.{driver[1]}",
+        )  # fmt: skip
+    if driver < built:
+        # CUDA's minor-version compatibility: a driver for 12.2 runs code built with 12.4, except
+        # for features (and PTX JIT) the newer minor release added -- worth a warning, not a stop.
+        return Check(
+            name, "warn", f"{text} (same major version: runs by CUDA minor-version compatibility)",
+            f"Update the NVIDIA driver to one for CUDA ≥ {runtime.torch_cuda} if kernels fail to load",
         )  # fmt: skip
     return Check(name, "pass", text)
 

@@ -12,6 +12,8 @@ import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from islab.launcher.text import escape
+
 SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 SECRET_MASK = "****"
 
@@ -26,7 +28,8 @@ class Issue:
 
     def message(self) -> str:
         fix = self.fix if self.fix.endswith(("?", "!", ".")) else f"{self.fix}."
-        return f"error: {self.field}: {self.problem.rstrip('.')}. {fix}"
+        # Values quoted in the problem may hold line breaks or escape codes: one line, always.
+        return escape(f"error: {self.field}: {self.problem.rstrip('.')}. {fix}")
 
 
 class SpecError(Exception):

@@ -34,7 +34,6 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from importlib.util import find_spec
 from pathlib import Path, PurePath
 from types import MappingProxyType
 from typing import Literal
@@ -46,19 +45,12 @@ from islab.launcher.addresses import join_host_port, split_host_port
 from islab.launcher.issues import Issue, mask_env
 from islab.launcher.resolve import ResolvedSpec
 from islab.launcher.spec import DEFAULT_C10D_ID, DEFAULT_MULTINODE_MASTER_PORT, DEFAULT_RDZV_TIMEOUT_S, RunSpec
+from islab.launcher.text import comment
 from islab.libs.registry import apply_env_fixes, launcher_of
 
 Launcher = Literal["torchrun", "skrl-jax"]
 LOCALHOST = "127.0.0.1"
 RUN_DIR_TIME_FORMAT = "%Y-%m-%d_%H-%M-%S"
-
-
-def entry_script() -> str:
-    """The worker's ``__main__.py``: skrl's JAX launcher runs a script path, not a module. Found
-    without importing the worker package (the launcher stays off the rank side)."""
-    worker = find_spec(torchrun.WORKER_MODULE)
-    assert worker is not None and worker.submodule_search_locations, "islab.worker is not installed"
-    return str(Path(next(iter(worker.submodule_search_locations)), "__main__.py").resolve())
 
 
 @dataclass(frozen=True)
@@ -221,12 +213,16 @@ def build_plan(spec: RunSpec, *, now: datetime, free_port: int) -> LaunchPlan:
     nodes = []
     for node_rank in node_ranks:
         if launcher == skrl_jax.NAME:
-            coordinator, script = derived["coordinator_address"], entry_script()
+            coordinator = derived["coordinator_address"]
+            # The module form, as torchrun's commands: no path of this machine in a command for another.
             ranks = tuple(
-                RankLaunch(global_rank, local_rank, (spec.python, script, *worker), MappingProxyType({**env, **jax}))
+                RankLaunch(
+                    global_rank, local_rank, (spec.python, "-m", torchrun.WORKER_MODULE, *worker),
+                    MappingProxyType({**env, **jax}),
+                )
                 for global_rank, local_rank, jax in skrl_jax.rank_envs(spec, node_rank, coordinator)
             )
-            argv = skrl_jax.node_argv(spec, node_rank, coordinator, script, worker)
+            argv = skrl_jax.node_argv(spec, node_rank, coordinator, worker)
             nodes.append(NodePlan(node_rank, argv, env, ranks))
         else:
             nodes.append(NodePlan(node_rank, torchrun.node_argv(spec, node_rank, derived, worker), env))
@@ -293,15 +289,21 @@ def format_text(plan: LaunchPlan, resolved: ResolvedSpec) -> str:
     command. Every non-command line is a shell comment, so the whole output can be pasted."""
     spec = resolved.spec
     lines = [
-        f"# islab-train plan: {plan.launcher}, {spec.nnodes_text.replace(':', '-')} node(s) x "
-        f"{spec.nproc_per_node} process(es) on {spec.device}, world size "
-        f"{'up to ' if spec.elastic else ''}{spec.nnodes * spec.nproc_per_node}",
-        f"# run dir: {plan.run_dir}",
-        *([f"# budget: {plan.budget.describe(resuming=spec.resume is not None)}"] if plan.budget is not None else []),
-        "# resolved spec (field = value  (source: cli|env|file|default)):",
+        comment(
+            f"islab-train plan: {plan.launcher}, {spec.nnodes_text.replace(':', '-')} node(s) x "
+            f"{spec.nproc_per_node} process(es) on {spec.device}, world size "
+            f"{'up to ' if spec.elastic else ''}{spec.nnodes * spec.nproc_per_node}"
+        ),
+        comment(f"run dir: {plan.run_dir}"),
+        *(
+            [comment(f"budget: {plan.budget.describe(resuming=spec.resume is not None)}")]
+            if plan.budget is not None
+            else []
+        ),
+        comment("resolved spec (field = value  (source: cli|env|file|default)):"),
     ]
     if resolved.cluster_file:
-        lines.append(f"#   cluster file: {resolved.cluster_file}")
+        lines.append(comment(f"  cluster file: {resolved.cluster_file}"))
     rows = resolved.explain()
     width = max(len(name) for name, _, _ in rows)
     for name, value, source in rows:
@@ -311,14 +313,16 @@ def format_text(plan: LaunchPlan, resolved: ResolvedSpec) -> str:
             value, detail = plan.derived[name], f"{detail}, chosen by the planner"
         elif name == "max_iterations" and spec.total_env_steps is not None:
             detail = f"{detail}, derived from total_env_steps by each run"
-        lines.append(f"#   {name.ljust(width)} = {_comment_value(value)}  ({detail})")
+        lines.append(comment(f"  {name.ljust(width)} = {_comment_value(value)}  ({detail})"))
     if plan.launcher == skrl_jax.NAME:
         lines.append(
-            "# note: a real launch starts these ranks itself (same JAX_* variables as skrl's "
-            "launcher) so that a failing rank fails the run"
+            comment(
+                "note: a real launch starts these ranks itself (same JAX_* variables as skrl's "
+                "launcher) so that a failing rank fails the run"
+            )
         )
     for node in plan.nodes:
-        lines.append(f"# node {node.node_rank}")
+        lines.append(comment(f"node {node.node_rank}"))
         lines.append(shell_line(node.argv, node.env))
     return "\n".join(lines)
 
@@ -379,7 +383,8 @@ def gpu_issue(spec: RunSpec, visible_gpus: int) -> Issue | None:
         return Issue(
             "nproc_per_node",
             f"{spec.nproc_per_node} GPU processes per node need {spec.nproc_per_node} GPUs "
-            f"but {visible_gpus} are visible (CUDA_VISIBLE_DEVICES is honoured)",
+            f"but {visible_gpus} are visible to the ranks (CUDA_VISIBLE_DEVICES from the spec's env: or this "
+            "shell), so ranks would share a GPU",
             f"Use --gpus {visible_gpus}, or --device cpu --nproc {spec.nproc_per_node}",
         )
     return None

@@ -229,7 +229,7 @@ def _pump(
         tail.append(line.rstrip("\n"))
         on_line(child.rank, line)
         line_rank, text = (child.rank, line) if child.first_rank is None else route_line(line, child.first_rank)
-        if policy.shows(line_rank, stream) and not stopping():
+        if policy.shows(line_rank, stream, text) and not stopping():
             view.emit(rank_prefix(line_rank) + text, sink)
     pipe.close()
 

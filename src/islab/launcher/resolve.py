@@ -35,7 +35,7 @@ from islab.budget import rollout_length
 from islab.launcher.issues import Issue, SpecError, suggest
 from islab.launcher.resumed import frozen_field_issue, run_dir_of, stored_layer
 from islab.launcher.spec import CHOICES, DEFAULT_TASK, FIELDS, INPUT_FIELDS, MODULE_PATTERN, Rendezvous, RunSpec
-from islab.libs.registry import LIBRARIES
+from islab.libs.registry import LIBRARIES, launcher_of
 from islab.tasks import (
     TASKS,
     TaskRegistrationError,
@@ -222,12 +222,51 @@ def resolve_spec(
     issue = _disk_issue(spec)
     if issue is not None:
         raise SpecError(Issue(_label(issue.field, origins), issue.problem, issue.fix))
+    # Under SLURM, srun gives every node the same command line: its options are shared already.
+    issue = None if slurm_layer else _shared_field_issue(spec, file_layer, merged, sources, origins)
+    if issue is not None:
+        raise SpecError(issue)
     return ResolvedSpec(
         spec=spec,
         sources=MappingProxyType(sources),
         origins=MappingProxyType(origins),
         cluster_file=str(cluster_file) if cluster_file is not None else None,
     )
+
+
+# What every node of a multi-node job must agree on. torchrun's rendezvous does support nodes with
+# different --nproc-per-node (the world size is summed at the rendezvous), so that one may differ
+# per node -- except for skrl-JAX, where each rank is told JAX_WORLD_SIZE = nnodes x nproc.
+_SHARED_FIELDS = (
+    "lib", "ml_framework", "task", "nnodes", "coordinator_address", "rendezvous.backend",
+    "rendezvous.master_addr", "rendezvous.master_port", "rendezvous.endpoint", "rendezvous.id",
+)  # fmt: skip
+
+
+def _shared_field_issue(
+    spec: RunSpec, file_layer: Mapping[str, Provided], merged: Mapping[str, Any],
+    sources: Mapping[str, Source], origins: Mapping[str, str],
+) -> Issue | None:  # fmt: skip
+    """A per-node option (command line / ISLAB_*) that changes what the shared cluster file says
+    every node must agree on: the nodes would disagree and hang at the rendezvous. It applies to
+    one node of the file's multi-node job (``--node-rank`` given); elsewhere the command line still
+    overrides the file as usual (e.g. reusing a file's settings for another job)."""
+    file_nnodes = file_layer["nnodes"].value if "nnodes" in file_layer else 1
+    if spec.node_rank is None or spec.nnodes <= 1 or file_nnodes in (1, "1"):
+        return None
+    shared = _SHARED_FIELDS
+    if launcher_of(spec.lib, spec.ml_framework) == "skrl-jax":
+        shared = (*shared, "nproc_per_node")
+    for name in shared:
+        overridden = name in file_layer and sources.get(name) in (Source.CLI, Source.ENV)
+        if overridden and merged[name] != file_layer[name].value:
+            return Issue(
+                _label(name, origins),
+                f"{merged[name]!r} differs from the shared cluster file's {file_layer[name].value!r}, "
+                "which every node must agree on (the other nodes would wait at the rendezvous)",
+                f"Change it in {file_layer[name].origin.split(':')[0]} for all nodes, or drop the option",
+            )
+    return None
 
 
 def _announce_task_module(module: Any, origins: Mapping[str, str]) -> None:

@@ -39,6 +39,7 @@ from pydantic_core import PydanticCustomError
 
 from islab.launcher.addresses import is_valid_host, split_host_port
 from islab.launcher.issues import mask_env, suggest
+from islab.launcher.text import unsafe_character
 from islab.libs.registry import LIBRARIES, ML_FRAMEWORKS, frameworks_of, launcher_of
 from islab.tasks import TASKS
 
@@ -291,10 +292,10 @@ class RunSpec(_Frozen):
     def _printable_path(cls, value: str | None, info: Any) -> str | None:
         if value is None and info.field_name == "resume":
             return value
-        if not value or any(ch in value for ch in "\n\r\0"):
+        if not value or unsafe_character(value):
             raise _rule(
                 info.field_name,
-                f"{value!r} is empty or contains a line break",
+                f"{value!r} is empty or contains a line break or control character",
                 "Give a plain path",
             )
         return value
@@ -318,6 +319,12 @@ class RunSpec(_Frozen):
                     f"env.{name}",
                     f"expected a text value, got {item!r} ({type(item).__name__})",
                     'Quote it, e.g. NCCL_DEBUG: "INFO" or FLAG: "1"',
+                )
+            if unsafe_character(str(item)):
+                raise _rule(
+                    f"env.{name}",
+                    f"{str(item)!r} contains {unsafe_character(str(item))}, a line break or control character",
+                    "Give a one-line value without escape codes",
                 )
             converted[name] = str(item)
         return converted
@@ -344,6 +351,12 @@ class RunSpec(_Frozen):
     @classmethod
     def _overrides(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for item in value:
+            if unsafe_character(item):
+                raise _rule(
+                    "overrides",
+                    f"{item!r} contains {unsafe_character(item)}, a line break or control character",
+                    "Write each override as one line, dotted.key=value",
+                )
             if not OVERRIDE_PATTERN.match(item):
                 raise _rule(
                     "overrides",
@@ -397,6 +410,17 @@ class RunSpec(_Frozen):
         return self
 
     def _check_jax(self, rdzv: Rendezvous) -> None:
+        if self.coordinator_address is not None and self.coordinator_address.startswith("["):
+            # skrl's launcher (the printed command) splits the address on ':' and skrl joins
+            # JAX_COORDINATOR_ADDR + ':' + port, so an IPv6 literal cannot reach jax.distributed
+            # intact on every path; refuse it rather than hang at the rendezvous.
+            raise _rule(
+                "coordinator_address",
+                f"{self.coordinator_address!r} is an IPv6 address, which skrl's JAX launcher cannot pass on "
+                "(it splits the address on ':')",
+                "Give node 0's IPv4 address or host name, e.g. 10.0.0.1:5000 (torchrun's --master-addr and "
+                "--rdzv-endpoint do accept IPv6)",
+            )
         torchrun_only = {
             "rendezvous.backend": rdzv.backend != "static",
             "rendezvous.master_addr": rdzv.master_addr is not None,

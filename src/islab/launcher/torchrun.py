@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -273,6 +274,17 @@ def failure_message(
 # ----------------------------------------------------------------------------------------------
 
 
+def ranks_env(env: Mapping[str, str], nproc: int, cores: int | None = None) -> dict[str, str]:
+    """The node's env plus ``OMP_NUM_THREADS``: the ranks on a node share its cores, ``cores // N``
+    each (what islab.worker.context.cpu_threads_per_rank gives torch). Setting it ourselves also
+    stops torchrun's "Setting OMP_NUM_THREADS ... to 1" banner on every run; a value the user set
+    (in the spec's env or the shell) wins."""
+    if "OMP_NUM_THREADS" in env or "OMP_NUM_THREADS" in os.environ:
+        return dict(env)
+    cores = (os.cpu_count() or 1) if cores is None else cores
+    return {**env, "OMP_NUM_THREADS": str(max(1, cores // max(1, nproc)))}
+
+
 class TorchrunNode:
     """One torchrun per node: it starts, restarts and stops the ranks itself; islab-train streams its
     output, passes its exit status on and, when it fails, names the rank from the error files."""
@@ -289,7 +301,8 @@ class TorchrunNode:
 
     def children(self) -> list[Child]:
         argv = supervised_argv(self.node.argv, self.log_dir)
-        return [Child(argv, self.node.env, rank=None, first_rank=self.first_rank, tail_lines=400)]
+        return [Child(argv, ranks_env(self.node.env, nproc_of(argv)), rank=None, first_rank=self.first_rank,
+                      tail_lines=400)]
 
     def observe(self, rank: int | None, line: str) -> None:
         """torchrun enforces the rendezvous timeout itself."""
