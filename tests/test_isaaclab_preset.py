@@ -220,3 +220,18 @@ def test_ids_in_other_shapes_and_no_source_tree(tmp_path):
 
 def test_tensorboard_root_is_isaaclabs_log_root(tmp_path):
     assert tensorboard_root("rsl_rl", tmp_path) == tmp_path / "logs" / "rsl_rl"
+
+
+def test_unified_entry_point_of_isaaclab_3(tmp_path):
+    """Isaac Lab 3.x replaced <lib>/train.py by scripts/reinforcement_learning/train.py --rl_library <lib>
+    (what its train_multigpu.py launches); the preset follows whichever layout DIR has."""
+    scripts = tmp_path / "scripts" / "reinforcement_learning"
+    (scripts / "rsl_rl").mkdir(parents=True)
+    (scripts / "train.py").write_text("")
+    (scripts / "rsl_rl" / "train_rsl_rl.py").write_text("")
+    entry = isaaclab_entry(tmp_path, "rsl_rl", task="Isaac-Cartpole-v0")
+    assert entry.script == scripts / "train.py"
+    assert entry.args == ("--rl_library", "rsl_rl", "--task", "Isaac-Cartpole-v0", "--headless", "--distributed")
+    assert preset_problem(tmp_path, "rsl_rl") is None
+    (scripts / "rsl_rl" / "train.py").write_text("")  # the per-library script, when present, wins
+    assert isaaclab_entry(tmp_path, "rsl_rl", task="T").script == scripts / "rsl_rl" / "train.py"

@@ -54,8 +54,17 @@ class PresetEntry:
 
 
 def train_script(isaaclab_dir: str | Path, library: str) -> Path:
-    """``DIR/scripts/reinforcement_learning/<library>/train.py`` (not checked for existence)."""
-    return Path(isaaclab_dir) / SCRIPTS_DIR / library / "train.py"
+    """``DIR/scripts/reinforcement_learning/<library>/train.py`` (Isaac Lab 2.x: one script per
+    library, the guide's layout), or, when that file is absent and the unified entry point exists
+    (Isaac Lab 3.x: ``scripts/reinforcement_learning/train.py --rl_library <library>``, which runs
+    ``<library>/train_<library>.py``), that unified script. Not checked beyond that choice."""
+    per_library = Path(isaaclab_dir) / SCRIPTS_DIR / library / "train.py"
+    unified = Path(isaaclab_dir) / SCRIPTS_DIR / "train.py"
+    return unified if not per_library.is_file() and unified.is_file() else per_library
+
+
+def _is_unified(script: Path) -> bool:
+    return script.parent.name == SCRIPTS_DIR.name
 
 
 def preset_problem(isaaclab_dir: str | Path, library: str, ml_framework: str = "torch") -> str | None:
@@ -97,7 +106,9 @@ def isaaclab_entry(
     unsupported = library not in LIBRARIES or ml_framework not in ("torch", "jax")
     if unsupported or (ml_framework == "jax" and library != "skrl"):
         raise ValueError(preset_problem(isaaclab_dir, library, ml_framework) or "unsupported preset")
-    args = ["--task", task]
+    script = train_script(isaaclab_dir, library)
+    args = ["--rl_library", library] if _is_unified(script) else []  # the unified script's selector
+    args += ["--task", task]
     for option, value in (("--num_envs", num_envs), ("--seed", seed), ("--max_iterations", max_iterations)):
         if value is not None:
             args += [option, str(value)]
@@ -108,7 +119,7 @@ def isaaclab_entry(
         args += ["--ml_framework", "jax"]
     args += list(extra_args)
     launcher = SKRL_JAX if ml_framework == "jax" else TORCHRUN
-    return PresetEntry(train_script(isaaclab_dir, library), tuple(args), launcher)
+    return PresetEntry(script, tuple(args), launcher)
 
 
 def tensorboard_root(library: str, working_dir: str | Path) -> Path:
