@@ -98,6 +98,7 @@ def test_rl_games_records(tmp_path):
         (2, -2.0, 1000.0, 128),
         (3, -3.0, 1500.0, 192),
     ]
+    assert read_tensorboard_progress(tmp_path) == records  # library detected from its tags
     hinted = read_tensorboard_progress(tmp_path, "rl_games", rollouts=16, total_envs=4)
     assert [r["env_steps"] for r in hinted] == [64, 128, 192]
 
@@ -111,6 +112,7 @@ def test_skrl_records_from_skrls_own_writer(tmp_path):
     writer.close()
     by_timestep = read_tensorboard_progress(tmp_path, "skrl")
     assert [(r["iteration"], r["mean_return"]) for r in by_timestep] == [(32, 1.0), (64, 2.0), (96, 3.0)]
+    assert read_tensorboard_progress(tmp_path) == by_timestep  # library detected from its tags
     by_iteration = read_tensorboard_progress(tmp_path, "skrl", rollouts=32, total_envs=4)
     assert [(r["iteration"], r["env_steps"]) for r in by_iteration] == [(1, 128), (2, 256), (3, 384)]
 

@@ -71,6 +71,14 @@ TAGS: dict[str, LibraryTags] = {
 }
 
 
+def detect_library(tag: str) -> LibraryTags | None:
+    """The table that owns ``tag`` (its reward, iteration or rate tag), or None."""
+    for tags in TAGS.values():
+        if tag in (tags.reward_tag, tags.iteration_tag, tags.rate_tag):
+            return tags
+    return None
+
+
 def find_event_files(root: str | Path, not_before: float | None = None) -> list[Path]:
     """Event files under ``root`` (recursively), oldest first by modification time; files last
     written before ``not_before`` (a ``time.time()``) are left out, so an earlier run's files in
@@ -186,6 +194,9 @@ class TensorBoardProgress:
     and skrl (rl_games writes its env steps itself). Without a hint that field is None, and skrl's
     iteration is its timestep.
 
+    ``library`` None (a ``--script`` of unknown library): the first tag that belongs to a known
+    library's table decides which table is used.
+
     A record may be returned again by a later poll with more fields filled (rl_games writes the
     iteration marker before the reward): keep the last record per iteration, as
     ``islab.launcher.console`` does."""
@@ -193,17 +204,18 @@ class TensorBoardProgress:
     def __init__(
         self,
         root: str | Path,
-        library: str,
+        library: str | None = None,
         *,
         max_iterations: int | None = None,
         rollouts: int | None = None,
         total_envs: int | None = None,
         not_before: float | None = None,
     ) -> None:
-        if library not in TAGS:
+        if library is not None and library not in TAGS:
             raise ValueError(f"no TensorBoard tag table for {library!r}; known: {', '.join(TAGS)}")
         self.root = Path(root)
-        self.tags = TAGS[library]
+        # None: a script of unknown library (--script): the first tag of a known table decides
+        self.tags: LibraryTags | None = TAGS[library] if library is not None else None
         self.max_iterations = max_iterations
         self.rollouts = rollouts
         self.total_envs = total_envs
@@ -247,6 +259,10 @@ class TensorBoardProgress:
         return [self._record(iteration) for iteration in sorted(self._iterations)]
 
     def _absorb(self, tag: str, value: float, step: int, wall_time: float) -> int | None:
+        if self.tags is None:
+            self.tags = detect_library(tag)
+            if self.tags is None:
+                return None
         tags = self.tags
         by_env_steps = tags.library == "rl_games"  # its marker's value is the iteration, step the env steps
         if tag == tags.reward_tag:
@@ -312,7 +328,7 @@ class TensorBoardProgress:
         return None if iteration == 1 else round(frames * iteration / (iteration - 1))
 
 
-def read_tensorboard_progress(root: str | Path, library: str, **hints: Any) -> list[dict[str, Any]]:
+def read_tensorboard_progress(root: str | Path, library: str | None = None, **hints: Any) -> list[dict[str, Any]]:
     """Every progress record in the newest event file under ``root`` (one-shot form)."""
     return TensorBoardProgress(root, library, **hints).records()
 
