@@ -1,9 +1,10 @@
 """islab.isaaclab_preset: Isaac Lab's train.py entry point and arguments, and its task ids.
 
-The commands of Isaac Lab's multi-GPU guide (seed documents 001, and 000 for c10d) are copied
-here verbatim; ours are built with the preset plus a small torchrun/skrl-launcher prefix, and both
-are parsed by the real parsers (torchrun's ``get_args_parser``, skrl's JAX launcher's, and the
-fixture train.py's, which mirrors Isaac Lab's) and compared field for field.
+The commands of Isaac Lab's multi-GPU guide ("Multi-GPU and Multi-Node Training"; the c10d one
+from a tutorial of that guide) are copied here verbatim; ours are built with the preset plus a
+small torchrun/skrl-launcher prefix, and both are parsed by the real parsers (torchrun's
+``get_args_parser``, skrl's JAX launcher's, and the fixture train.py's, which mirrors Isaac Lab's)
+and compared field for field.
 """
 
 from __future__ import annotations
@@ -47,9 +48,9 @@ GUIDE_STATIC_JAX = (
     "--coordinator_address=ip_of_master_machine:5555 scripts/reinforcement_learning/skrl/train.py "
     "--task=Isaac-Cartpole-v0 --headless --distributed --ml_framework jax"
 )
-# seed 000 (rl_games only there; the same shape is applied to the other libraries). The seed
+# the tutorial's c10d example (rl_games only there; the same shape is applied to the other libraries). It
 # writes "–distributed" with an EN DASH, which argparse does not take for --distributed (see
-# test_seed_000_en_dash_is_not_the_flag); the intended flag is used here.
+# test_tutorial_en_dash_is_not_the_flag); the intended flag is used here.
 GUIDE_C10D_RAW = (
     "${{ISAACSIM_PYTHON_EXE}} -m torch.distributed.run --nproc_per_node=1 --nnodes=2 --node_rank={node} "
     "--rdzv_id=123 --rdzv_backend=c10d --rdzv_endpoint=192.168.150.161:5555 "
@@ -160,8 +161,8 @@ def test_dry_run_equals_the_guides_command_when_parsed(guide, ours):
     assert got["distributed"] and got["headless"] and got["task"] == "Isaac-Cartpole-v0"
 
 
-def test_seed_000_en_dash_is_not_the_flag():
-    """Why GUIDE_C10D corrects the seed: its "–distributed" would be a Hydra argument, not the flag."""
+def test_tutorial_en_dash_is_not_the_flag():
+    """Why GUIDE_C10D corrects the tutorial: its "–distributed" would be a Hydra argument, not the flag."""
     fields = _launcher_fields(_guide(GUIDE_C10D_RAW, lib="rl_games", node=0), "rl_games")
     assert fields["distributed"] is False and fields["hydra_args"] == ["\u2013distributed"]
 
