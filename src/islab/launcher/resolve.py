@@ -33,7 +33,16 @@ from pydantic import ValidationError
 from islab.agent_config import AgentConfigError, load_agent_config
 from islab.budget import rollout_length
 from islab.launcher.issues import Issue, SpecError, suggest
-from islab.launcher.spec import CHOICES, DEFAULT_TASK, FIELDS, INPUT_FIELDS, MODULE_PATTERN, Rendezvous, RunSpec
+from islab.launcher.spec import (
+    CHOICES,
+    DEFAULT_TASK,
+    FIELDS,
+    INPUT_FIELDS,
+    MODULE_PATTERN,
+    WORKER_ONLY_FIELDS,
+    Rendezvous,
+    RunSpec,
+)
 from islab.libs.registry import LIBRARIES
 from islab.tasks import (
     TASKS,
@@ -198,10 +207,12 @@ def resolve_spec(
             sources[name] = source
             origins[name] = provided.origin
 
+    if merged.get("entrypoint") is not None:
+        _refuse_worker_only(merged, origins)
     if merged.get("task_module") is not None:
         _announce_task_module(merged["task_module"], origins)
     # The default number of environments belongs to the task, so it is filled after merging.
-    if "num_envs" not in merged and merged.get("task", DEFAULT_TASK) in TASKS:
+    if "num_envs" not in merged and merged.get("task", DEFAULT_TASK) in TASKS and not merged.get("entrypoint"):
         merged["num_envs"] = TASKS[merged.get("task", DEFAULT_TASK)].default_num_envs
 
     try:
@@ -217,6 +228,22 @@ def resolve_spec(
         origins=MappingProxyType(origins),
         cluster_file=str(cluster_file) if cluster_file is not None else None,
     )
+
+
+def _refuse_worker_only(merged: Mapping[str, Any], origins: Mapping[str, str]) -> None:
+    """Options only our worker understands mean nothing to a script of the user's: refuse them
+    rather than drop them silently (the script's own flags go after ``--``)."""
+    given = [name for name in WORKER_ONLY_FIELDS if merged.get(name) not in (None, (), [])]
+    if given:
+        labels = ", ".join(origins.get(name, name) for name in given)
+        raise SpecError(
+            Issue(
+                origins.get(given[0], given[0]),
+                f"{labels} {'applies' if len(given) == 1 else 'apply'} only to islab's own worker, "
+                "not to your entry point",
+                "Drop them and pass your script's own flags after --, e.g. -- --num_envs 64",
+            )
+        )
 
 
 def _announce_task_module(module: Any, origins: Mapping[str, str]) -> None:
@@ -352,4 +379,3 @@ def _disk_issue(spec: RunSpec) -> Issue | None:
     except AgentConfigError as error:
         return Issue(error.field, error.message, f"The keys are those of {agent_config_path(spec.lib, spec.task)}")
     return None
-

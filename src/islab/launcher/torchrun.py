@@ -91,8 +91,10 @@ def node_argv(
             "--master_port", derived["rendezvous.master_port"],
             "--rdzv_conf", f"timeout={timeout}",
         ]  # fmt: skip
-    argv += ["--max_restarts", str(spec.max_restarts), "-m", WORKER_MODULE]
-    return (*argv, *worker)
+    argv += ["--max_restarts", str(spec.max_restarts)]
+    if spec.entrypoint is not None:  # the user's entry point: `worker` is plan.entry_argv's PATH/-m/--no-python ...
+        return (*argv, *worker)
+    return (*argv, "-m", WORKER_MODULE, *worker)
 
 
 def with_c10d_node_facts(
