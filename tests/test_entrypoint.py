@@ -127,3 +127,48 @@ def test_script_runs_on_two_cpu_ranks_with_rank_logs_and_a_named_failing_rank(tm
     error = [line for line in bad.stderr.splitlines() if line.startswith("error:")]
     assert error and "rank 1 with RuntimeError: fixture failure injected on rank 1" in error[-1], bad.stderr[-3000:]
     assert "rank_1.log" in error[-1]
+
+
+TREE = FIXTURES / "isaaclab_tree"
+RSL_TRAIN = TREE / "scripts" / "reinforcement_learning" / "rsl_rl" / "train.py"
+
+
+@pytest.mark.usefixtures("clean_environment")
+def test_isaaclab_preset_maps_options_and_refuses_what_cannot_run(islab, tmp_path, monkeypatch):
+    argv = _json(islab, *CPU2, "--isaaclab", str(TREE), "--task", "Isaac-Cartpole-v0", "--num-envs", "16",
+                 "--seed", "3", "--max-iterations", "2", "--", "--video")["nodes"][0]["argv"]  # fmt: skip
+    assert argv[argv.index(str(RSL_TRAIN)) :] == [
+        str(RSL_TRAIN), "--task", "Isaac-Cartpole-v0", "--num_envs", "16", "--seed", "3", "--max_iterations", "2",
+        "--headless", "--distributed", "--device", "cpu", "--video",
+    ]  # fmt: skip
+    monkeypatch.setenv("ISLAB_ISAACLAB", str(TREE))  # the environment variable and the YAML key work too
+    assert str(RSL_TRAIN) in _json(islab, *CPU2, "--task", "Isaac-Cartpole-v0")["nodes"][0]["argv"]
+    monkeypatch.delenv("ISLAB_ISAACLAB")
+    cluster = tmp_path / "il.yaml"
+    cluster.write_text(f"device: cpu\nisaaclab: {TREE}\ntask: Isaac-Cartpole-v0\n")
+    assert str(RSL_TRAIN) in _json(islab, "--cluster", str(cluster))["nodes"][0]["argv"]
+    err = _error(islab(*CPU2, "--isaaclab", str(TREE), "--task", "Isaac-Cartpol-v0", "--dry-run"), "--task")
+    assert "Did you mean Isaac-Cartpole-v0?" in err
+    _error(islab(*CPU2, "--isaaclab", str(TREE), "--dry-run"), "task")
+    _error(islab(*CPU2, "--isaaclab", str(tmp_path), "--task", "X", "--dry-run"), "--isaaclab")
+    _error(islab(*CPU2, "--isaaclab", str(TREE), "--task", "Isaac-Cartpole-v0", "--script", "a.py", "--dry-run"),
+           "--isaaclab")  # fmt: skip
+
+
+@pytest.mark.slow
+def test_isaaclab_fixture_trains_on_two_ranks_shows_its_reward_and_names_a_failing_rank(tmp_path):
+    ok = _launch(tmp_path, "--isaaclab", str(TREE), "--task", "Isaac-Cartpole-v0", "--num-envs", "16",
+                 "--max-iterations", "3")  # fmt: skip
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    # the display and the summary show the reward read from rsl_rl's TensorBoard events (cwd/logs/rsl_rl)
+    assert "iteration 3/" in ok.stdout and "mean return" in ok.stdout, ok.stdout
+    row = next(line for line in ok.stdout.splitlines() if "mean return" in line and "iteration" not in line)
+    float(row.split("│")[2].strip())  # a number, not "-"
+    assert any((tmp_path / "runs").rglob("curves.png"))
+
+    script = ("--script", str(RSL_TRAIN), "--", "--task", "Isaac-Cartpole-v0", "--num_envs", "16",
+              "--max_iterations", "3", "--headless", "--distributed", "--device", "cpu")  # fmt: skip
+    bad = _launch(tmp_path, *script, extra_env={"FIXTURE_FAIL_RANK": "1"})
+    assert bad.returncode != 0
+    error = [line for line in bad.stderr.splitlines() if line.startswith("error:")]
+    assert error and "rank 1 with RuntimeError: fixture failure injected on rank 1" in error[-1], bad.stderr[-3000:]

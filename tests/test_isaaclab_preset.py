@@ -10,6 +10,7 @@ and compared field for field.
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -236,3 +237,45 @@ def test_unified_entry_point_of_isaaclab_3(tmp_path):
     assert preset_problem(tmp_path, "rsl_rl") is None
     (scripts / "rsl_rl" / "train.py").write_text("")  # the per-library script, when present, wins
     assert isaaclab_entry(tmp_path, "rsl_rl", task="T").script == scripts / "rsl_rl" / "train.py"
+
+
+# --- the full `islab-train --isaaclab ... --dry-run --json` against the guide ---------------------
+# What islab-train adds on purpose: --rdzv_conf (its rendezvous timeout); with c10d no --node_rank
+# (torchrun assigns node ranks under c10d and ignores the flag).
+def _cli_shapes():
+    task = ("--isaaclab", str(TREE), "--task", "Isaac-Cartpole-v0")
+    for lib in LIBS:
+        yield f"one-node-{lib}", _guide(GUIDE_ONE_NODE, lib=lib), ("--lib", lib, "--gpus", "2", *task)
+        for node in (0, 1):
+            static = ("--nnodes", "2", "--node-rank", str(node), "--master-addr", MASTER, "--master-port", "5555")
+            yield f"static-node{node}-{lib}", _guide(GUIDE_STATIC, lib=lib, node=node), ("--lib", lib, "--gpus", "2",
+                                                                                         *static, *task)  # fmt: skip
+            c10d = ("--nnodes", "2", "--node-rank", str(node), "--rdzv-backend", "c10d",
+                    "--rdzv-endpoint", "192.168.150.161:5555", "--rdzv-id", "123")  # fmt: skip
+            yield f"c10d-node{node}-{lib}", _guide(GUIDE_C10D, lib=lib, node=node), ("--lib", lib, "--gpus", "1",
+                                                                                     *c10d, *task)  # fmt: skip
+    jax = ("--lib", "skrl", "--ml-framework", "jax", "--gpus", "2", *task)
+    yield "one-node-skrl-jax", _guide(GUIDE_ONE_NODE_JAX), jax
+    for node in (0, 1):
+        two = ("--nnodes", "2", "--node-rank", str(node), "--coordinator-address", f"{MASTER}:5555")
+        yield f"two-nodes-node{node}-skrl-jax", _guide(GUIDE_STATIC_JAX, node=node), (*jax, *two)
+
+
+CLI_SHAPES = list(_cli_shapes())
+
+
+@pytest.mark.usefixtures("clean_environment")
+@pytest.mark.parametrize(("guide", "args"), [s[1:] for s in CLI_SHAPES], ids=[s[0] for s in CLI_SHAPES])
+def test_islab_train_dry_run_equals_the_guides_command_when_parsed(islab, guide, args):
+    code, out, err = islab("--dry-run", "--json", *args)
+    assert code == 0, err
+    ours = json.loads(out)["nodes"][0]["argv"]
+    lib = next(part for part in guide if part.endswith("train.py")).split("/")[-2]
+    expected, got = _launcher_fields(guide, lib), _launcher_fields(ours, lib)
+    got.pop("rdzv_conf", None), expected.pop("rdzv_conf", None)
+    if got.get("rdzv_backend") == "c10d":
+        got.pop("node_rank"), expected.pop("node_rank")
+    if str(got.get("nnodes")) == "1":  # one node: islab-train picks a free local port (the guide: the default)
+        for name in ("master_addr", "master_port", "coordinator_address"):
+            got.pop(name, None), expected.pop(name, None)
+    assert got == expected

@@ -135,6 +135,9 @@ OPTIONS: tuple[Option, ...] = (
            metavar="NAME"),
     Option("--command", "Like --script for an executable or console script (torchrun --no-python NAME ARGS).",
            PANEL_TRAINING, "entrypoint", metavar="NAME"),
+    Option("--isaaclab", "Preset: run Isaac Lab's scripts/reinforcement_learning/<lib>/train.py from this "
+           "checkout on every rank, with --task/--num-envs/--seed/--max-iterations as its flags plus --headless "
+           "--distributed; more flags after --.", PANEL_TRAINING, "isaaclab", metavar="DIR"),
     # --- processes ------------------------------------------------------------------------------
     Option("--gpus", "GPU processes per node: sets --device cuda and N ranks per node ('all' = every visible "
            "GPU, honouring CUDA_VISIBLE_DEVICES).", PANEL_PROCESSES, metavar="N|all"),

@@ -40,6 +40,7 @@ from typing import Literal
 
 from islab.agent_config import load_agent_config
 from islab.budget import Budget
+from islab.isaaclab_preset import tensorboard_root
 from islab.launcher import skrl_jax, torchrun
 from islab.launcher.addresses import join_host_port, split_host_port
 from islab.launcher.issues import Issue, mask_env
@@ -265,7 +266,9 @@ def build_plan(spec: RunSpec, *, now: datetime, free_port: int) -> LaunchPlan:
         nnodes=spec.nnodes,
         budget=budget_of(spec) if spec.entrypoint is None else None,
         entrypoint=spec.entrypoint is not None,
-        events_root=run_dir if spec.entrypoint is not None else None,
+        # Isaac Lab's train.py writes <cwd>/logs/<lib>/...; a user's script, under ISLAB_RUN_DIR
+        events_root=str(tensorboard_root(spec.lib, Path.cwd())) if spec.isaaclab else run_dir,
+        events_library=spec.lib if spec.isaaclab else None,
         events_not_before=now.timestamp() - 1 if spec.entrypoint is not None else None,
     )
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from islab import isaaclab_preset
 from islab.agent_config import AgentConfigError, load_agent_config
 from islab.budget import rollout_length
 from islab.launcher.issues import Issue, SpecError, suggest
@@ -207,6 +208,8 @@ def resolve_spec(
             sources[name] = source
             origins[name] = provided.origin
 
+    if merged.get("isaaclab") is not None:
+        _apply_isaaclab(merged, sources, origins)
     if merged.get("entrypoint") is not None:
         _refuse_worker_only(merged, origins)
     if merged.get("task_module") is not None:
@@ -228,6 +231,41 @@ def resolve_spec(
         origins=MappingProxyType(origins),
         cluster_file=str(cluster_file) if cluster_file is not None else None,
     )
+
+
+def _preset_issue(field: str, text: str) -> Issue:
+    problem, _, fix = text.partition(". ")
+    return Issue(field, problem, fix or "See islab-train --help")
+
+
+def _apply_isaaclab(merged: dict[str, Any], sources: dict[str, Source], origins: dict[str, str]) -> None:
+    """``--isaaclab DIR``: the entry point becomes Isaac Lab's ``<lib>/train.py`` (see
+    :mod:`islab.isaaclab_preset`), the preset mapping --task/--num-envs/--seed/--max-iterations to
+    its flags and adding --headless --distributed; the user's ``--`` arguments follow."""
+    label = origins.get("isaaclab", "isaaclab")
+    if merged.get("entrypoint") is not None:
+        raise SpecError(Issue(label, "already names the entry point (Isaac Lab's train.py)",
+                              f"Drop {origins.get('entrypoint', 'entrypoint')} or the preset"))  # fmt: skip
+    directory, lib = str(merged["isaaclab"]), str(merged.get("lib", "rsl_rl"))
+    framework = str(merged.get("ml_framework", "torch"))
+    problem = isaaclab_preset.preset_problem(directory, lib, framework)
+    if problem:
+        raise SpecError(_preset_issue(label, problem))
+    task = merged.pop("task", None)
+    if task is None:
+        raise SpecError(Issue("task", "--isaaclab needs an Isaac Lab task id", "Add e.g. --task Isaac-Cartpole-v0"))
+    problem = isaaclab_preset.unknown_task_problem(str(task), directory)
+    if problem:
+        raise SpecError(_preset_issue(origins.get("task", "task"), problem))
+    entry = isaaclab_preset.isaaclab_entry(
+        directory, lib, framework, task=str(task), num_envs=merged.pop("num_envs", None),
+        seed=merged.get("seed"), max_iterations=merged.pop("max_iterations", None),
+        # AppLauncher defaults to cuda:0: CPU ranks must say so (the user's flags after -- come last and win)
+        extra_args=(*(["--device", "cpu"] if merged.get("device") == "cpu" else []), *(merged.get("args") or ())),
+    )  # fmt: skip
+    merged["entrypoint"], merged["args"] = {"script": str(entry.script)}, entry.args
+    for name in ("entrypoint", "args"):
+        sources[name], origins[name] = sources["isaaclab"], label
 
 
 def _refuse_worker_only(merged: Mapping[str, Any], origins: Mapping[str, str]) -> None:

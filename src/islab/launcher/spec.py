@@ -193,6 +193,9 @@ class RunSpec(_Frozen):
     # ENTRY_KINDS) and its arguments, passed verbatim (everything after ``--`` on the command line).
     entrypoint: Mapping[str, str] | None = None
     args: tuple[StrictStr, ...] = ()
+    # The Isaac Lab preset: the checkout whose scripts/reinforcement_learning/<lib>/train.py each
+    # rank runs (resolve turns it into ``entrypoint`` and ``args``).
+    isaaclab: StrictStr | None = None
 
     # -- single fields --------------------------------------------------------------------------
 
