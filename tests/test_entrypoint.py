@@ -4,6 +4,7 @@ the look-alike-dash hint (issue 14 item 4), and a real 2-rank launch of a plain 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
@@ -198,3 +199,36 @@ def test_readme_bring_your_own_commands_dry_run(islab, monkeypatch):
             args.insert(cut, "--dry-run")
         code, out, err = islab(*args)
         assert code == 0 and "# node 0" in out, (argv, err)
+
+
+@pytest.mark.usefixtures("clean_environment")
+def test_mjlab_preset_maps_options_to_mjlab_train(islab):
+    mj = ("--mjlab", "--task", "Mjlab-Cartpole-Balance", "--num-envs", "8", "--max-iterations", "2", "--seed", "5")
+    argv = _json(islab, "--device", "cpu", *mj)["nodes"][0]["argv"]
+    assert argv[argv.index("--nproc_per_node") + 1] == "1"  # mjlab spawns its own ranks
+    assert argv[argv.index("--no-python") :] == [
+        "--no-python", "train", "Mjlab-Cartpole-Balance", "--gpu-ids", "None", "--env.scene.num-envs", "8",
+        "--agent.max-iterations", "2", "--agent.seed", "5", "--agent.logger", "tensorboard",
+    ]  # fmt: skip
+    code, out, err = islab("--dry-run", "--json", "--gpus", "2", *mj, "--", "--agent.logger", "wandb")
+    assert code == 0, err
+    argv = json.loads(out)["nodes"][0]["argv"]
+    assert argv[argv.index("--gpu-ids") + 1] == "[0,1]" and argv[argv.index("--nproc_per_node") + 1] == "1"
+    assert argv.count("--agent.logger") == 1 and argv[-1] == "wandb"  # the user's logger is kept
+    _error(islab("--device", "cpu", *mj, "--nnodes", "2", "--dry-run"), "--mjlab")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("mjlab") is None, reason="needs the [mjlab] extra")
+def test_mjlab_cartpole_trains_for_real_and_shows_its_reward(tmp_path):
+    env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    run = _launch_one(tmp_path, "--mjlab", "--task", "Mjlab-Cartpole-Balance", "--device", "cpu", "--num-envs", "64",
+                      "--max-iterations", "2", extra_env=env)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "iteration 2/" in run.stdout and "mean return" in run.stdout, run.stdout
+
+
+def _launch_one(tmp_path: Path, *args: str, extra_env: dict[str, str]) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ISLAB_", "SLURM_"))} | extra_env
+    cmd = [sys.executable, "-m", "islab.cli", "--log-dir", str(tmp_path / "runs"), *args]
+    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=900)

@@ -145,7 +145,7 @@ def _layers(ctx: typer.Context, values: dict[str, Any]) -> tuple[dict[str, Provi
                               "Keep one of --script, --module, --command"))  # fmt: skip
     for option in OPTIONS:
         value = values.get(option.name)
-        if option.field is None or value is None:
+        if option.field is None or value is None or (option.is_flag and value is False):
             continue
         if isinstance(value, Enum):
             value = value.value

@@ -138,6 +138,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("--isaaclab", "Preset: run Isaac Lab's scripts/reinforcement_learning/<lib>/train.py from this "
            "checkout on every rank, with --task/--num-envs/--seed/--max-iterations as its flags plus --headless "
            "--distributed; more flags after --.", PANEL_TRAINING, "isaaclab", metavar="DIR"),
+    Option("--mjlab", "Preset: run mjlab's own train command (one process; it spawns a rank per GPU of --gpus "
+           "itself), with --task/--num-envs/--seed/--max-iterations mapped; one node only.", PANEL_TRAINING, "mjlab",
+           kind=bool),
     # --- processes ------------------------------------------------------------------------------
     Option("--gpus", "GPU processes per node: sets --device cuda and N ranks per node ('all' = every visible "
            "GPU, honouring CUDA_VISIBLE_DEVICES).", PANEL_PROCESSES, metavar="N|all"),

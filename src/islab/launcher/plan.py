@@ -267,8 +267,8 @@ def build_plan(spec: RunSpec, *, now: datetime, free_port: int) -> LaunchPlan:
         budget=budget_of(spec) if spec.entrypoint is None else None,
         entrypoint=spec.entrypoint is not None,
         # Isaac Lab's train.py writes <cwd>/logs/<lib>/...; a user's script, under ISLAB_RUN_DIR
-        events_root=str(tensorboard_root(spec.lib, Path.cwd())) if spec.isaaclab else run_dir,
-        events_library=spec.lib if spec.isaaclab else None,
+        events_root=str(tensorboard_root(spec.lib, Path.cwd())) if spec.isaaclab or spec.mjlab else run_dir,
+        events_library=spec.lib if spec.isaaclab or spec.mjlab else None,  # mjlab: <cwd>/logs/rsl_rl
         events_not_before=now.timestamp() - 1 if spec.entrypoint is not None else None,
     )
 

@@ -208,6 +208,8 @@ def resolve_spec(
             sources[name] = source
             origins[name] = provided.origin
 
+    if merged.get("mjlab"):
+        _apply_mjlab(merged, sources, origins)
     if merged.get("isaaclab") is not None:
         _apply_isaaclab(merged, sources, origins)
     if merged.get("entrypoint") is not None:
@@ -266,6 +268,38 @@ def _apply_isaaclab(merged: dict[str, Any], sources: dict[str, Source], origins:
     merged["entrypoint"], merged["args"] = {"script": str(entry.script)}, entry.args
     for name in ("entrypoint", "args"):
         sources[name], origins[name] = sources["isaaclab"], label
+
+
+def _apply_mjlab(merged: dict[str, Any], sources: dict[str, Source], origins: dict[str, str]) -> None:
+    """``--mjlab``: mjlab's own ``train`` console script (mjlab 1.6). It spawns its ranks itself
+    (torchrunx, from ``--gpu-ids``), so islab-train starts ONE process on one node: ``--gpus N`` ->
+    ``--gpu-ids [0,...,N-1]`` (indices into CUDA_VISIBLE_DEVICES), ``--device cpu`` -> ``--gpu-ids None``
+    (one process: mjlab's rsl_rl joins NCCL only). --num-envs/--max-iterations/--seed map to
+    ``--env.scene.num-envs``/``--agent.max-iterations``/``--agent.seed``; TensorBoard unless chosen."""
+    label = origins.get("mjlab", "mjlab")
+    if merged.get("entrypoint") is not None or merged.get("isaaclab") is not None:
+        raise SpecError(Issue(label, "already names the entry point (mjlab's train)", "Use one preset or entry point"))
+    if int(merged.get("nnodes", 1) if str(merged.get("nnodes", 1)).isdigit() else 2) > 1:
+        fix = "For several nodes train the mjlab task with islab's worker (--task <mjlab id>)"
+        raise SpecError(Issue(label, "mjlab's train spawns its ranks on one node only", fix))
+    task = merged.pop("task", None)
+    if task is None:
+        raise SpecError(Issue("task", "--mjlab needs an mjlab task id", "Add e.g. --task Mjlab-Cartpole-Balance"))
+    nproc = int(merged.get("nproc_per_node", 1))
+    gpu_ids = "None" if merged.get("device") == "cpu" else "[" + ",".join(str(i) for i in range(nproc)) + "]"
+    user = list(merged.get("args") or ())
+    args = [str(task), "--gpu-ids", gpu_ids]
+    for name, flag in (("num_envs", "--env.scene.num-envs"), ("max_iterations", "--agent.max-iterations")):
+        value = merged.pop(name, None)
+        if value is not None:
+            args += [flag, str(value)]
+    if merged.get("seed") is not None:
+        args += ["--agent.seed", str(merged["seed"])]
+    if not any(arg.startswith("--agent.logger") for arg in user):
+        args += ["--agent.logger", "tensorboard"]
+    merged["entrypoint"], merged["args"], merged["nproc_per_node"] = {"command": "train"}, (*args, *user), 1
+    for name in ("entrypoint", "args"):
+        sources[name], origins[name] = sources["mjlab"], label
 
 
 def _refuse_worker_only(merged: Mapping[str, Any], origins: Mapping[str, str]) -> None:

@@ -196,6 +196,8 @@ class RunSpec(_Frozen):
     # The Isaac Lab preset: the checkout whose scripts/reinforcement_learning/<lib>/train.py each
     # rank runs (resolve turns it into ``entrypoint`` and ``args``).
     isaaclab: StrictStr | None = None
+    # The mjlab preset: mjlab's own `train` console script (resolve turns it into the entry point).
+    mjlab: bool = False
 
     # -- single fields --------------------------------------------------------------------------
 
