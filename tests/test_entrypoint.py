@@ -187,11 +187,11 @@ def _readme_commands(*titles: str) -> list[list[str]]:
 
 @pytest.mark.usefixtures("clean_environment")
 def test_readme_bring_your_own_commands_dry_run(islab, monkeypatch):
-    """Every command of README's "Use your own script" and "Use it with Isaac Lab" sections plans
+    """Every command of README's "Use your own script", "Use it with Isaac Lab" and "Use it with mjlab" sections plans
     (dry run; ~/IsaacLab stands for the fixture tree)."""
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
-    commands = _readme_commands("Use your own script", "Use it with Isaac Lab")
-    assert len(commands) == 6
+    commands = _readme_commands("Use your own script", "Use it with Isaac Lab", "Use it with mjlab")
+    assert len(commands) == 8
     for argv in commands:
         args = [str(TREE) if arg == "~/IsaacLab" else arg for arg in argv[1:]]
         if "--dry-run" not in args:
