@@ -26,6 +26,7 @@ from islab.worker.checkpoint import (
     load_checkpoint_for_rank,
     restore_rng,
     to_bytes,
+    to_cpu,
 )
 from islab.worker.collectives import SingleProcess, TorchCollective
 from islab.worker.context import RankContext
@@ -75,6 +76,39 @@ def test_rng_round_trip_through_weights_only_bytes() -> None:
     assert draws(generator) != expected
     restore_rng(state, generator)
     assert draws(generator) == expected
+
+
+def test_a_checkpoint_from_another_device_resumes_on_cpu_without_touching_cuda(monkeypatch) -> None:
+    """Issue 14.16, CPU-only: the env generator state is saved as a GPU run saves it (a CUDA
+    Philox state, 16 bytes, device cuda:0); resuming on CPU goes on from a seed derived from it
+    (deterministic) instead of crashing, and a CPU run never reads or sets torch.cuda RNG state."""
+
+    def no_cuda(*_: object) -> None:
+        raise AssertionError("a CPU run touched torch.cuda RNG state")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", no_cuda)
+    monkeypatch.setattr(torch.cuda, "set_rng_state", no_cuda)
+    generator = torch.Generator().manual_seed(5)
+    state = capture_rng(generator)
+    assert state["cuda"] is None and state["device"] == "cpu"
+    from_gpu = {**state, "device": "cuda:0", "cuda": torch.zeros(16, dtype=torch.uint8),
+                "env": torch.arange(16, dtype=torch.uint8)}  # fmt: skip
+    from_gpu = torch.load(io.BytesIO(to_bytes(from_gpu)), weights_only=True)
+    restore_rng(from_gpu, generator)
+    first = draws(generator)
+    restore_rng(from_gpu, generator)
+    assert draws(generator) == first  # the same checkpoint gives the same stream
+    with pytest.raises(CheckpointError, match="env generator state saved on cpu does not fit"):
+        restore_rng({**from_gpu, "device": "cpu"}, generator)  # a broken state of the same kind: clear error
+
+
+def test_checkpoint_tensors_are_device_free() -> None:
+    nested = {"a": [torch.ones(2)], "b": (torch.zeros(1), 3), "c": {"d": torch.ones(1, requires_grad=True)}}
+    moved = to_cpu(nested)
+    assert moved["b"][1] == 3 and isinstance(moved["b"], tuple)
+    assert all(t.device.type == "cpu" and not t.requires_grad for t in (moved["a"][0], moved["b"][0], moved["c"]["d"]))
 
 
 def test_compatible_checkpoint_passes_and_others_are_refused_clearly() -> None:

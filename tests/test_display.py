@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import sys
 import textwrap
@@ -16,6 +17,7 @@ from islab import rundir
 from islab.launcher import console as display
 from islab.launcher import supervise
 from islab.launcher.plan import LaunchPlan, NodePlan
+from islab.rundir import latest_checkpoint
 
 PY = sys.executable
 
@@ -67,8 +69,8 @@ def test_route_line_and_policy():
 def test_summary_rows_and_resume_hint():
     summary = {"iterations": 20, "env_steps": 327680, "wall_s": 11.0, "mean_return": 108.7, "checkpoint": "/r/m.pt",
                "world_size": 2, "env_steps_per_s": 29789.1}  # fmt: skip
-    resume = display.resume_command(["--lib", "rsl_rl", "--resume", "old", "--run-name", "a b"], "/r")
-    assert resume == "islab-train --lib rsl_rl --run-name 'a b' --resume /r"
+    resume = display.resume_command("/r")
+    assert resume == "islab-train --resume /r"  # the run directory alone: no options repeated
     rows = dict(display.summary_rows(summary, "/r", resume))
     assert rows["wall time"] == "11s" and rows["env steps (all ranks)"] == "327,680"
     assert rows["env steps/s"] == "29.8k" and rows["final mean return"] == "108.70"
@@ -159,7 +161,7 @@ def fake_plan(tmp_path: Path, *extra: str) -> LaunchPlan:
 
 def run(plan: LaunchPlan, **options) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    console = supervise.ConsoleOptions(progress=True, interval_s=0.0, argv=("--device", "cpu"), **options)
+    console = supervise.ConsoleOptions(progress=True, interval_s=0.0, **options)
     code = supervise.run_plan(plan, 0, stdout=out, stderr=err, console=console)
     return code, out.getvalue(), err.getvalue()
 
@@ -173,7 +175,7 @@ def test_default_console_shows_progress_and_rank0_errors_only(tmp_path):
     assert "rank1" not in out + err and "rank0 stdout" not in out + err
     assert "islab-train: iteration 3/3 (100%)" in out
     assert "run finished" in out and "ck.pt" in out
-    assert f"\n  islab-train --device cpu --resume {plan.run_dir}\n" in out
+    assert f"\n  islab-train --resume {os.path.abspath(plan.run_dir)}\n" in out  # no options repeated
     assert Path(plan.run_dir, "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -190,6 +192,11 @@ def test_failure_names_the_rank_and_quotes_its_log(tmp_path):
     assert code == 1
     assert "rank 1 failed" in err and "ValueError: boom" in err
     assert "run finished" not in out  # no summary for a failed run
+    assert "no checkpoint was written yet" in err
+    latest_checkpoint(plan.run_dir).parent.mkdir(parents=True, exist_ok=True)
+    latest_checkpoint(plan.run_dir).write_bytes(b"ck")
+    code, out, err = run(plan, all_ranks=False)  # with a checkpoint, the failure says how to go on
+    assert code == 1 and err.endswith(f"to resume this run:\n  islab-train --resume {os.path.abspath(plan.run_dir)}\n")
 
 
 def test_curves_keep_the_last_record_of_a_redone_iteration(tmp_path, monkeypatch):
@@ -209,6 +216,22 @@ def test_curves_keep_the_last_record_of_a_redone_iteration(tmp_path, monkeypatch
 
     assert write_curves(records, tmp_path / "curves.png").is_file()
     assert plotted[0] == ([1, 2, 3, 4], [1.0, 2.0, 30.0, 40.0])
+
+
+def test_curves_mark_each_resume(tmp_path, monkeypatch):
+    import matplotlib.axes
+
+    marks = []
+    original = matplotlib.axes.Axes.axvline
+    monkeypatch.setattr(
+        matplotlib.axes.Axes, "axvline", lambda self, x, **kw: marks.append(x) or original(self, x, **kw)
+    )
+    # each process reports time_s from its own start: 3 iterations, then a resume at 4, another at 6
+    records = [{"iteration": i, "mean_return": 1.0, "time_s": t} for i, t in
+               [(1, 1.0), (2, 2.0), (3, 3.0), (4, 0.5), (5, 1.5), (6, 0.4)]]  # fmt: skip
+    assert display.resume_points(records) == [4, 6]
+    assert display.write_curves(records, tmp_path / "curves.png").is_file()
+    assert sorted(set(marks)) == [3.5, 5.5] and len(marks) == 4  # on both plots
 
 
 def test_summary_shows_the_checkpoint_resume_uses():

@@ -96,15 +96,27 @@ def summary_of(run_dir: Path) -> dict:
 
 @pytest.mark.slow
 def test_resume_a_run_directory_continues_its_iterations(tmp_path: Path) -> None:
+    """`islab-train --resume RUN_DIR` alone continues with the stored spec (library, ranks, envs,
+    device: none repeated); paths printed for a relative --log-dir work from any directory."""
     first = launch(tmp_path, "rsl_rl", "torch", "--checkpoint-interval", "2")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     run_dir = the_run_dir(tmp_path, "rsl_rl")
     assert summary_of(run_dir)["iteration"] == 3
+    resume = f"islab-train --resume {run_dir}"
+    assert first.stdout.rstrip().splitlines()[-1].strip() == resume, first.stdout[-2000:]
 
-    second = launch(tmp_path, "rsl_rl", "torch", "--resume", str(run_dir), "--max-iterations", "2")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith(("ISLAB_", "RANK", "WORLD_SIZE"))}
+    second = subprocess.run(
+        [*ISLAB_TRAIN, "--resume", os.path.relpath(run_dir, elsewhere), "--max-iterations", "2"],
+        capture_output=True, text=True, timeout=600, env=child_env, cwd=elsewhere,
+    )  # fmt: skip
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert f"run directory: {run_dir}" in second.stderr  # absolute, not relative to `elsewhere`
+    assert second.stdout.rstrip().splitlines()[-1].strip() == resume
     summary = summary_of(run_dir)  # the resumed run continues in the same run directory
-    assert (summary["start_iteration"], summary["iteration"]) == (3, 5)
+    assert (summary["start_iteration"], summary["iteration"], summary["world_size"]) == (3, 5, 2)
     iterations = [json.loads(line)["iteration"] for line in (run_dir / "progress.jsonl").read_text().splitlines()]
     assert iterations == [1, 2, 3, 4, 5]
 

@@ -207,6 +207,20 @@ def test_run_dir_uses_clock_and_run_name():
     assert plan_for().run_dir == plan_for().run_dir  # deterministic for a fixed clock
 
 
+def test_every_node_of_a_job_names_the_same_run_dir_whatever_its_clock():
+    two_nodes = {"nnodes": 2, "rendezvous.master_addr": "10.0.0.1", "rendezvous.master_port": 29500}
+
+    def node(rank: int, now: datetime, **values: object) -> str:
+        return build_plan(resolved(**two_nodes, node_rank=rank, **values).spec, now=now, free_port=FREE_PORT).run_dir
+
+    later = datetime(2026, 3, 4, 5, 6, 8)
+    assert node(0, NOW) == node(1, later) and STAMP not in node(0, NOW)
+    assert node(0, NOW, seed=1) != node(0, NOW)  # another job (another spec) gets its own
+    c10d = {"rendezvous.backend": "c10d", "rendezvous.endpoint": "n0:29400", "rendezvous.id": "job-42"}
+    by_id = build_plan(resolved(nnodes=2, run_name="x", **c10d).spec, now=later, free_port=FREE_PORT).run_dir
+    assert by_id.endswith("/Islab-Cartpole-v0/job-42_x"), by_id
+
+
 def test_json_shape_is_exact_and_secrets_masked(tmp_path):
     cluster = tmp_path / "c.yaml"
     cluster.write_text("env: {WANDB_API_KEY: hunter2, NCCL_DEBUG: INFO}\ndevice: cpu\nnproc_per_node: 2\n")

@@ -12,6 +12,10 @@ Every run writes into one directory, chosen by the launcher (``<log_dir>/<run_na
     digests/rank_<R>.json    the sha256 of rank R's policy at the end (all ranks must agree)
     summary.json             rank 0's end-of-run numbers (the launcher's summary table)
     curves.png               mean return and steps/s per iteration (the launcher draws it)
+    eval.json                the last ``islab-train play``: episode return/length statistics
+    exported/policy.pt       ``islab-train export``: TorchScript policy (normalizer folded in)
+    exported/policy.onnx     the same policy as ONNX
+    exported/policy.json     its inputs, outputs, action scaling, library, checkpoint
 
 The launcher reads what the ranks write (progress, summary, logs) and the ranks read what an
 earlier run wrote (checkpoints, progress after an elastic restart), so both sides import the
@@ -37,6 +41,8 @@ LATEST_CHECKPOINT = "latest.pt"
 DIGESTS_DIR = "digests"
 SUMMARY_FILE = "summary.json"
 CURVES_FILE = "curves.png"
+EVAL_FILE = "eval.json"
+EXPORT_DIR = "exported"
 
 
 # -- paths ---------------------------------------------------------------------------------------

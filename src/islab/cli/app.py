@@ -254,7 +254,8 @@ def _plan_and_go(resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, al
     }
     write_launch_record(plan.run_dir, record)
     where = f"node {spec.node_rank}" if spec.node_rank is not None else "this node"
-    print(f"islab-train: starting {plan.launcher} on {where}; run directory: {plan.run_dir}", file=sys.stderr)
+    run_dir = os.path.abspath(plan.run_dir)  # printed paths work from wherever the user stands
+    print(f"islab-train: starting {plan.launcher} on {where}; run directory: {run_dir}", file=sys.stderr)
     if spec.total_env_steps is not None and plan.budget is not None:
         print(f"islab-train: {plan.budget.describe(resuming=spec.resume is not None)}", file=sys.stderr)
     first_rank = node_rank * spec.nproc_per_node
@@ -264,13 +265,12 @@ def _plan_and_go(resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, al
         progress=hosts_rank0,
         live=hosts_rank0 and sys.stdout.isatty(),
         note=f"{spec.lib} · {spec.task} · {spec.nnodes * spec.nproc_per_node} rank(s) on {spec.device}",
-        argv=tuple(ARGV),
     )
     if not hosts_rank0:
         print(
             f"islab-train: node {node_rank} runs ranks {first_rank}-{first_rank + spec.nproc_per_node - 1}; "
             "progress is shown on node 0 (rank 0). Logs: "
-            f"{rank_log(plan.run_dir, 0).parent}/rank_<R>.log",
+            f"{os.path.abspath(rank_log(plan.run_dir, 0).parent)}/rank_<R>.log",
             file=sys.stderr,
         )
     raise typer.Exit(run_plan(plan, node_rank, console=console))

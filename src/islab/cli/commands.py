@@ -1,4 +1,5 @@
-"""The subcommands: ``doctor`` (pre-flight checks), ``sbatch`` (a SLURM batch script), ``tasks``.
+"""The subcommands: ``doctor`` (pre-flight checks), ``sbatch`` (a SLURM batch script), ``tasks``,
+``play`` and ``export`` (a trained run: :mod:`islab.policy.cli_commands`).
 
 ``doctor`` and ``sbatch`` take the training command's spec options (the option table of
 :mod:`islab.cli.options`), so option names, help, environment variables and validation stay one
@@ -21,8 +22,9 @@ from islab.launcher import doctor, slurm
 from islab.launcher import plan as planner
 from islab.launcher.issues import SpecError
 from islab.launcher.probes import find_free_port
+from islab.policy import cli_commands as policy_commands
 
-SUBCOMMANDS = ("doctor", "sbatch", "tasks")
+SUBCOMMANDS = ("doctor", "sbatch", "tasks", "play", "export")
 PANEL_DOCTOR = "Doctor"
 PANEL_SBATCH = "Batch script"
 
@@ -201,6 +203,7 @@ def tasks_command(
         add_task_module,
         agent_config_path,
         libraries_with_agent_config,
+        missing_extra,
     )
 
     if task_module is not None:
@@ -217,6 +220,8 @@ def tasks_command(
             "action_size": info.action_size,
             "default_num_envs": info.default_num_envs,
             "agent_configs": libraries_with_agent_config(task_id),
+            "extra": info.extra or None,
+            "extra_missing": missing_extra(task_id) is not None,
         }
         for task_id, info in TASKS.items()
     ]
@@ -226,17 +231,59 @@ def tasks_command(
         print(json.dumps(rows, indent=2))
         return
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="islab-train tasks", title_justify="left")
     for column in ("task", "package", "obs", "actions", "default num_envs", "agent configs (--lib)"):
         table.add_column(column)
     for row in rows:
+        configs = ", ".join(row["agent_configs"]) or "none"
         table.add_row(
             row["task"], row["package"], str(row["observation_size"]), str(row["action_size"]),
-            str(row["default_num_envs"]), ", ".join(row["agent_configs"]) or "none",
+            str(row["default_num_envs"]), escape(f"needs [{row['extra']}]") if row["extra_missing"] else configs,
         )  # fmt: skip
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
     console.print(table)
+    from islab.launcher.resolve import install_extra_hint
+
+    for extra in sorted({row["extra"] for row in rows if row["extra_missing"]}):
+        hint = install_extra_hint(extra)
+        console.print(f"[{extra}] is not installed, so its tasks are refused. {hint}.", markup=False)
     example = next(iter(TASKS))
     console.print(f"Agent configs live in each task's agents/ folder, e.g. {agent_config_path('rsl_rl', example)}")
+
+
+RUN_DIR_ARGUMENT = Annotated[
+    Path, typer.Argument(help="A run directory (<log_dir>/<lib>/<task>/<time>).", show_default=False)
+]
+CHECKPOINT_OPTION = Annotated[
+    str, typer.Option(help="latest, best (highest mean return during training among the kept checkpoints) or a path.")
+]
+
+
+@commands.command(
+    "play",
+    help="Run a trained policy deterministically for N episodes: mean/std/min/max of episode return and "
+    "length (and the task's success rate); writes RUN_DIR/eval.json. Example: islab-train play RUN_DIR --episodes 64",
+)
+def play_command(
+    run_dir: RUN_DIR_ARGUMENT,
+    checkpoint: CHECKPOINT_OPTION = "latest",
+    episodes: Annotated[int, typer.Option(help="Complete episodes to run.")] = 32,
+    num_envs: Annotated[int | None, typer.Option(help="Parallel envs. Default: --episodes (at most 1024).")] = None,
+    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    raise typer.Exit(policy_commands.play_command(
+        run_dir, checkpoint=checkpoint, episodes=episodes, num_envs=num_envs, device=device, json_output=json_output,
+    ))  # fmt: skip
+
+
+@commands.command(
+    "export",
+    help="Write RUN_DIR/exported/policy.pt (TorchScript), policy.onnx and policy.json: raw observations -> "
+    "deterministic actions, observation normalizer folded in. Example: islab-train export RUN_DIR",
+)
+def export_command(run_dir: RUN_DIR_ARGUMENT, checkpoint: CHECKPOINT_OPTION = "latest") -> None:
+    raise typer.Exit(policy_commands.export_command(run_dir, checkpoint=checkpoint))

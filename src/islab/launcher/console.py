@@ -20,7 +20,9 @@ Decisions are pure functions (:func:`plain_line`, :func:`eta_s`, :func:`summary_
 
 from __future__ import annotations
 
+import itertools
 import math
+import os
 import re
 import shlex
 import threading
@@ -131,21 +133,10 @@ def plain_line(record: Mapping[str, Any]) -> str:
     )
 
 
-def resume_command(argv: Sequence[str], run_dir: str) -> str:
-    """The command that continues this run (``--resume`` replaces any earlier one)."""
-    kept: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-            continue
-        if arg == "--resume":
-            skip = True
-            continue
-        if arg.startswith("--resume="):
-            continue
-        kept.append(arg)
-    return shlex.join(["islab-train", *kept, "--resume", run_dir])
+def resume_command(run_dir: str) -> str:
+    """The command that continues this run: the run directory alone (its stored spec holds the
+    rest, see :mod:`islab.launcher.resumed`), absolute so that it works from any directory."""
+    return shlex.join(["islab-train", "--resume", os.path.abspath(run_dir)])
 
 
 def summary_rows(summary: Mapping[str, Any], run_dir: str, resume: str | None) -> list[tuple[str, str]]:
@@ -308,6 +299,16 @@ def render_summary(rows: Iterable[tuple[str, str]], out: IO[str], *, tty: bool) 
     console.print(table)
 
 
+def resume_points(records: Sequence[Mapping[str, Any]]) -> list[int]:
+    """The first iteration of every later process of the run (a resume or an elastic restart):
+    each process reports ``time_s`` from its own start, so the clock going back marks one."""
+    return [
+        int(later["iteration"])
+        for earlier, later in itertools.pairwise(records)
+        if (later.get("time_s") or 0.0) < (earlier.get("time_s") or 0.0)
+    ]
+
+
 def write_curves(records: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
     """``curves.png``: mean return and env steps/s per iteration. None when there is nothing."""
     if not records:
@@ -317,6 +318,7 @@ def write_curves(records: Sequence[Mapping[str, Any]], path: Path) -> Path | Non
     matplotlib.use("Agg")  # no display, no GUI toolkit
     import matplotlib.pyplot as plt
 
+    resumed_at = resume_points(records)
     # After an elastic restart the redone iterations appear twice; the later record is the kept one.
     records = list({record["iteration"]: record for record in records}.values())
     records.sort(key=lambda record: record["iteration"])
@@ -331,6 +333,12 @@ def write_curves(records: Sequence[Mapping[str, Any]], path: Path) -> Path | Non
     bottom.set_ylabel("env steps/s (all ranks)")
     bottom.set_xlabel("iteration")
     bottom.grid(alpha=0.3)
+    for number, iteration in enumerate(resumed_at):  # a resume or restart: a dashed line on both plots
+        for axes in (top, bottom):
+            axes.axvline(iteration - 0.5, color="gray", linestyle="--", linewidth=1,
+                         label="resumed" if number == 0 and axes is top else None)  # fmt: skip
+    if resumed_at:
+        top.legend(loc="lower right")
     figure.suptitle(Path(path).parent.name)
     figure.tight_layout()
     path = Path(path)

@@ -28,6 +28,7 @@ Probing ports, counting GPUs and starting processes happen at the edges (:mod:`i
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 from collections.abc import Mapping
@@ -125,15 +126,29 @@ class LaunchPlan:
 
 
 def run_dir_for(spec: RunSpec, now: datetime) -> str:
-    """``<log_dir>/<lib>/<task>/<YYYY-mm-dd_HH-MM-SS>[_<run_name>]`` -- chosen once, for all ranks;
-    or the run directory being resumed, so a resumed run keeps its logs and checkpoints together."""
+    """``<log_dir>/<lib>/<task>/<leaf>[_<run_name>]`` -- chosen once, for all ranks; or the run
+    directory being resumed, so a resumed run keeps its logs and checkpoints together.
+
+    One node: the leaf is the launch time (``YYYY-mm-dd_HH-MM-SS``). Several nodes plan the
+    directory each on its own, so its name must come from what they share, not from each node's
+    clock: the rendezvous id (``--rdzv-id``; c10d under SLURM ``slurm-<job id>``), else a digest of the
+    spec every node was given (identical launches without an id then share the directory)."""
     if spec.resume is not None and Path(spec.resume).is_dir():
         return str(spec.resume)
-    stamp = now.strftime(RUN_DIR_TIME_FORMAT)
-    leaf = f"{stamp}_{spec.run_name}" if spec.run_name else stamp
-    if spec.entrypoint is not None:  # <log_dir>/<lib>/<script stem | module | command>/<time>
+    if spec.nnodes > 1:
+        leaf = spec.rendezvous.id or f"spec-{_shared_digest(spec)}"
+    else:
+        leaf = now.strftime(RUN_DIR_TIME_FORMAT)
+    leaf = f"{leaf}_{spec.run_name}" if spec.run_name else leaf
+    if spec.entrypoint is not None:  # <log_dir>/<lib>/<script stem | module | command>/<leaf>
         return str(PurePath(spec.log_dir, spec.lib, entry_label(spec.entrypoint), leaf))
     return str(PurePath(spec.log_dir, spec.lib, spec.task, leaf))
+
+
+def _shared_digest(spec: RunSpec) -> str:
+    """What every node of the job is given alike (not its node rank or interpreter path)."""
+    shared = {key: value for key, value in spec.to_plain().items() if key not in ("node_rank", "python")}
+    return hashlib.sha256(json.dumps(shared, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
 def entry_label(entrypoint: Mapping[str, str]) -> str:

@@ -218,15 +218,18 @@ def _pump(
     view: RunView,
     policy: ConsolePolicy,
     on_line: Callable[[int | None, str], None],
+    stopping: Callable[[], bool],
 ) -> None:
     """Copy a child's output line by line to the console, as the policy allows, keeping the last
-    lines for messages. A launcher's worker lines are attributed by their local-rank prefix."""
+    lines for messages. A launcher's worker lines are attributed by their local-rank prefix.
+    Once islab-train was told to stop, nothing more is shown: the ranks' KeyboardInterrupt and
+    torchrun's shutdown tracebacks are the expected end, not news (they stay in the logs)."""
     for raw in iter(pipe.readline, b""):
         line = raw.decode("utf-8", errors="replace")
         tail.append(line.rstrip("\n"))
         on_line(child.rank, line)
         line_rank, text = (child.rank, line) if child.first_rank is None else route_line(line, child.first_rank)
-        if policy.shows(line_rank, stream):
+        if policy.shows(line_rank, stream) and not stopping():
             view.emit(rank_prefix(line_rank) + text, sink)
     pipe.close()
 
@@ -259,8 +262,9 @@ def watch(
             process = groups.start(child.argv, child.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             processes.append(process)
             err_sink = out if child.stderr_to_stdout else err
-            pumps.append(_start_pump(process.stdout, out, "out", child, tail, view, policy, on_line))
-            pumps.append(_start_pump(process.stderr, err_sink, "err", child, tail, view, policy, on_line))
+            stopping = lambda: groups.received is not None  # noqa: E731
+            pumps.append(_start_pump(process.stdout, out, "out", child, tail, view, policy, on_line, stopping))
+            pumps.append(_start_pump(process.stderr, err_sink, "err", child, tail, view, policy, on_line, stopping))
         # Poll every child each round (a short-circuiting any() would never see a later one die).
         last_tick = 0.0
         while [process.poll() for process in processes].count(None):

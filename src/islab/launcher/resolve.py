@@ -34,6 +34,7 @@ from islab import isaaclab_preset
 from islab.agent_config import AgentConfigError, load_agent_config
 from islab.budget import rollout_length
 from islab.launcher.issues import Issue, SpecError, suggest
+from islab.launcher.resumed import frozen_field_issue, run_dir_of, stored_layer
 from islab.launcher.spec import (
     CHOICES,
     DEFAULT_TASK,
@@ -51,6 +52,7 @@ from islab.tasks import (
     add_task_module,
     agent_config_path,
     libraries_with_agent_config,
+    missing_extra,
 )
 
 
@@ -61,6 +63,7 @@ class Source(str, Enum):
     SLURM = "slurm"
     ENV = "env"
     FILE = "file"
+    RESUMED = "resumed"  # the stored spec of the run being resumed (islab.launcher.resumed)
     DEFAULT = "default"
 
 
@@ -185,11 +188,16 @@ def resolve_spec(
         for layer in (file_layer, env or {}, cli or {}):
             chosen.update({name: provided.value for name, provided in layer.items()})
         slurm_layer = slurm(chosen)
+    # --resume RUN_DIR alone continues with the run's stored spec, below everything given now.
+    resume = next((layer["resume"].value for layer in (cli or {}, env or {}, file_layer) if "resume" in layer), None)
+    resumed_dir = run_dir_of(resume) if isinstance(resume, str) else None
+    stored = stored_layer(resumed_dir) if resumed_dir is not None else {}
     layers = (
         (Source.CLI, cli or {}),
         (Source.SLURM, slurm_layer),
         (Source.ENV, env or {}),
         (Source.FILE, file_layer),
+        (Source.RESUMED, {name: Provided(*held) for name, held in stored.items()}),
     )
 
     merged: dict[str, Any] = {}
@@ -224,6 +232,9 @@ def resolve_spec(
         spec = RunSpec.model_validate(_unflatten(merged))
     except ValidationError as exc:
         raise SpecError([_issue_from_pydantic(err, origins) for err in exc.errors()]) from None
+    issue = frozen_field_issue(spec, stored, origins, resumed_dir) if resumed_dir is not None else None
+    if issue is not None:
+        raise SpecError(issue)
     issue = _disk_issue(spec)
     if issue is not None:
         raise SpecError(Issue(_label(issue.field, origins), issue.problem, issue.fix))
@@ -424,9 +435,18 @@ def _env_label(dotted: str, origins: Mapping[str, str]) -> str:
 # ----------------------------------------------------------------------------------------------
 
 
+def install_extra_hint(extra: str) -> str:
+    """How to install an extra without letting its dependencies replace the user's torch."""
+    return (
+        f"Install it with your torch pinned: echo \"torch==$(python -c 'import torch; print(torch.__version__)')\" "
+        f"> torch-pin.txt && python -m pip install -c torch-pin.txt 'islab-train[{extra}]'"
+    )
+
+
 def _disk_issue(spec: RunSpec) -> Issue | None:
-    """The agent config must take the overrides and give a rollout length (it turns iterations
-    into env steps for the budget the dry run shows); a ``--resume`` path must hold a checkpoint."""
+    """The task's extra must be installed (checked without importing it); the agent config must
+    take the overrides and give a rollout length (it turns iterations into env steps for the budget
+    the dry run shows); a ``--resume`` path must hold a checkpoint."""
     if spec.resume is not None and spec.node_rank in (None, 0):
         # Only node 0 reads the checkpoint (it broadcasts it), so other nodes need not have it.
         path = Path(spec.resume)
@@ -437,6 +457,10 @@ def _disk_issue(spec: RunSpec) -> Issue | None:
                 f"{str(path)!r} is neither a checkpoint file nor a run directory with checkpoints/latest.pt",
                 "Pass the run directory printed at the end of a run, or one of its checkpoints/*.pt files",
             )
+    extra = missing_extra(spec.task)
+    if extra is not None:
+        return Issue("task", f"{spec.task} needs the [{extra}] extra, which is not installed (no module {extra!r})",
+                     install_extra_hint(extra))  # fmt: skip
     configured = libraries_with_agent_config(spec.task)
     if spec.lib not in configured:
         return Issue(

@@ -19,6 +19,8 @@ the one poll loop of :mod:`islab.launcher.processes`:
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from dataclasses import dataclass
 from typing import IO
@@ -29,6 +31,7 @@ from islab.launcher.plan import LaunchPlan
 from islab.launcher.processes import watch
 from islab.launcher.skrl_jax import SkrlJaxNode
 from islab.launcher.torchrun import TorchrunNode
+from islab.rundir import latest_checkpoint
 
 # SIGKILL what is left this long after a forwarded SIGINT/SIGTERM, so that nothing of the job
 # is alive 10 s after the signal even when a process ignores SIGTERM.
@@ -49,7 +52,6 @@ class ConsoleOptions:
     live: bool = False  # Rich live display (a terminal) instead of plain lines
     interval_s: float = 10.0  # plain lines: at most one per interval
     note: str = ""  # shown in the live display's title
-    argv: tuple[str, ...] | None = None  # islab-train's own arguments, for the resume hint
 
 
 def run_plan(
@@ -87,15 +89,27 @@ def run_plan(
             on_line=on_line, overdue=runner.overdue,
         )  # fmt: skip
         if outcome.received is not None:
-            err.write(f"islab-train: stopped by signal {outcome.received}; run directory: {plan.run_dir}\n")
-            return 128 + outcome.received
-        status = runner.explain(outcome, err, all_ranks=options.all_ranks)
+            # one quiet line instead of the ranks' and torchrun's tracebacks (silenced by watch)
+            name = signal.Signals(outcome.received).name
+            err.write(f"islab-train: stopped by {name}; run directory: {os.path.abspath(plan.run_dir)}\n")
+            status = 128 + outcome.received
+        else:
+            status = runner.explain(outcome, err, all_ranks=options.all_ranks)
     finally:
         view.close()
         runner.close()
         if logs is not None:
             logs.close()
     if status == 0 and options.progress:
-        resume = resume_command(options.argv, plan.run_dir) if options.argv is not None else None
-        finish(plan.run_dir, out, tty=options.live, resume=resume, records=view.records)
+        finish(plan.run_dir, out, tty=options.live, resume=resume_command(plan.run_dir), records=view.records)
+    elif options.progress:
+        _resume_hint(plan.run_dir, err)
     return status
+
+
+def _resume_hint(run_dir: str, err: IO[str]) -> None:
+    """After a failure or a stop, on node 0: how to continue, when there is something to continue."""
+    if latest_checkpoint(run_dir).is_file():
+        err.write(f"islab-train: to resume this run:\n  {resume_command(run_dir)}\n")
+    else:
+        err.write("islab-train: no checkpoint was written yet, so there is nothing to resume.\n")

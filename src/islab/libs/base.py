@@ -124,6 +124,18 @@ class LibraryAdapter(ABC):
     def load_library_state(self, state: dict[str, Any]) -> None:
         """Inverse of ``library_state``, on a freshly built adapter, before ``train``."""
 
+    def deterministic_actions(self, observations: torch.Tensor) -> torch.Tensor:
+        """The library's own deterministic inference (the mean action, normalizers frozen): raw
+        ``[B, obs]`` observations on the adapter's device -> the ``[B, act]`` actions ``env.step``
+        would receive. ``islab-train play`` acts with it; export is checked against it."""
+        raise NotImplementedError(f"{type(self).__name__} has no deterministic inference")
+
+    def inference_module(self) -> torch.nn.Module:
+        """The same mapping as ``deterministic_actions`` as a plain CPU torch module with the
+        observation normalizer folded in (``islab.policy.modules.DeterministicPolicy``), fit for
+        ``torch.jit.trace`` and ONNX export; independent of the library's live modules."""
+        raise NotImplementedError(f"{type(self).__name__} cannot export its policy")
+
     def extra_rng_state(self) -> dict[str, Any]:
         """Library RNG state beyond torch/numpy/random/env (skrl-JAX's PRNG key), per rank."""
         return {}

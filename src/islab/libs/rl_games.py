@@ -519,3 +519,42 @@ class RlGamesAdapter(LibraryAdapter):
         # value_mean_std buffers. torch.compile prefixes keys with "_orig_mod."; strip it.
         state = self.agent.model.state_dict()
         return {key.removeprefix("_orig_mod."): value.detach().clone() for key, value in state.items()}
+
+    def deterministic_actions(self, observations: torch.Tensor) -> torch.Tensor:
+        # rl_games' own path: the env wrapper's observation clip, the model (normalizer in eval
+        # mode) -> "mus", the agent's clamp and rescale, the env wrapper's action clip.
+        agent = self.agent
+        agent.model.eval()
+        obs = agent.cast_obs(self.vec_env._obs({"policy": observations})["obs"])  # as env_reset/step do
+        with torch.no_grad():
+            result = agent.model({"is_train": False, "obs": agent._preproc_obs(obs), "prev_actions": None})
+        clip = self.vec_env.clip_actions
+        return agent.preprocess_actions(result["mus"]).clamp(-clip, clip)
+
+    def inference_module(self) -> torch.nn.Module:
+        from islab.policy.modules import DeterministicPolicy, ObservationNormalizer, frozen_copy
+
+        agent = self.agent
+        model = getattr(agent.model, "_orig_mod", agent.model)  # torch.compile's wrapper
+        network = model.a2c_network
+        if network.is_rnn() or len(network.actor_cnn) > 0 or not network.is_continuous:
+            raise NotImplementedError("islab: export supports rl_games' continuous MLP actor only")
+        normalizer = None
+        if model.normalize_input:
+            rms = model.running_mean_std
+            if rms.norm_only or rms.per_channel:
+                raise NotImplementedError("islab: export supports rl_games' default observation normalizer only")
+            # rl_games' formula: (x - mean) / sqrt(var + eps), clipped to +-5
+            denominator = torch.sqrt(rms.running_var.float() + rms.epsilon)
+            normalizer = ObservationNormalizer(rms.running_mean.float(), denominator, clip=5.0)
+        body = torch.nn.Sequential(frozen_copy(network.actor_mlp), frozen_copy(network.mu), frozen_copy(network.mu_act))
+        clip = self.vec_env.clip_actions
+        if not agent.clip_actions:
+            return DeterministicPolicy(body, normalizer=normalizer, observation_clip=self.vec_env.clip_obs,
+                                       action_low=-clip, action_high=clip)  # fmt: skip
+        low, high = agent.actions_low.cpu(), agent.actions_high.cpu()  # rescale_actions: a * d + m
+        offset = (high + low) / 2.0
+        return DeterministicPolicy(
+            body, normalizer=normalizer, observation_clip=self.vec_env.clip_obs, action_low=-1.0, action_high=1.0,
+            action_scale=(high - low) / 2.0, action_offset=offset if bool(offset.any()) else None,
+        )  # fmt: skip

@@ -1,4 +1,4 @@
-"""rsl_rl (PyPI ``rsl-rl-lib`` 5.5) behind ``LibraryAdapter``.
+"""rsl_rl (PyPI ``rsl-rl-lib`` 5.5, and 5.4.2: mjlab 1.6 pins it) behind ``LibraryAdapter``.
 
 What rsl_rl expects
 -------------------
@@ -21,6 +21,13 @@ What we fix, and why
   gloo/NCCL group. Everything else stays rsl_rl's own: parameter broadcast at start, bucketed
   gradient all-reduce, KL all-reduce with rank 0's learning rate broadcast, and the observation
   normalizer's all-reduced statistics.
+* rsl-rl-lib 5.4.2 (what the ``[mjlab]`` extra installs) does not pool its observation
+  normalizers across ranks (5.5 all-reduces each update's moments), so with
+  ``obs_normalization: true`` every rank's normalizer learned from its own envs and the ranks'
+  policies drifted apart (different digests after 2 iterations of mjlab's Go1).
+  ``use_global_normalizers`` swaps in ``GlobalEmpiricalNormalization``, 5.5's update arithmetic,
+  on 5.4.x only. 5.4.2's ``_configure_multi_gpu`` is the same as 5.5's, so the override below
+  covers both; the rest of the API the adapter uses is unchanged between them.
 * Checkpoints: rsl_rl writes with a plain ``torch.save``; a crash mid-write leaves a truncated
   file. ``save`` is overridden to write atomically. The saved dict holds only tensors and
   primitives, so it loads with ``torch.load(weights_only=True)``.
@@ -56,6 +63,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from rsl_rl.algorithms import PPO
 from rsl_rl.env import VecEnv
 from rsl_rl.modules import EmpiricalNormalization
@@ -70,6 +78,45 @@ from islab.worker.context import RankContext, init_process_group
 
 # Episodes averaged for ``TrainResult.mean_return``; rsl_rl's own "Mean reward" uses 100 as well.
 RETURN_WINDOW = 100
+
+
+class GlobalEmpiricalNormalization(EmpiricalNormalization):
+    """rsl-rl-lib 5.4's normalizer with 5.5's ``update``: the batch moments of all ranks are
+    all-reduced before they are folded in, so every rank holds the same statistics."""
+
+    @torch.jit.unused
+    def update(self, x: torch.Tensor) -> None:
+        if not self.training or (self.until is not None and self.count >= self.until):
+            return
+        count_x = torch.tensor(x.shape[0], dtype=self.count.dtype, device=self.count.device)
+        var_x = torch.var(x, dim=0, unbiased=False, keepdim=True)
+        mean_x = torch.mean(x, dim=0, keepdim=True)
+        # the global mean first, then the local variances around it (5.5's order, same bits)
+        local_mean_x = mean_x
+        dist.all_reduce(count_x)
+        mean_sum_x = mean_x * x.shape[0]
+        dist.all_reduce(mean_sum_x)
+        mean_x = mean_sum_x / count_x
+        var_sum_x = x.shape[0] * (var_x + (local_mean_x - mean_x).square())
+        dist.all_reduce(var_sum_x)
+        var_x = var_sum_x / count_x
+        self.count += count_x
+        rate = count_x / self.count
+        delta_mean = mean_x - self._mean
+        self._mean += rate * delta_mean
+        self._var += rate * (var_x - self._var + delta_mean * (mean_x - self._mean))
+        self._std = torch.sqrt(self._var)
+
+
+def use_global_normalizers(module: torch.nn.Module) -> int:
+    """Make every ``EmpiricalNormalization`` in ``module`` a ``GlobalEmpiricalNormalization`` (same
+    buffers, new ``update``); returns how many. For rsl-rl-lib < 5.5 in distributed runs."""
+    swapped = 0
+    for child in module.modules():
+        if type(child) is EmpiricalNormalization:
+            child.__class__ = GlobalEmpiricalNormalization
+            swapped += 1
+    return swapped
 
 
 class RslRlVecEnv(VecEnv):
@@ -280,6 +327,9 @@ class RslRlAdapter(LibraryAdapter):
             self.run_dir.mkdir(parents=True, exist_ok=True)
         log_dir = str(self.run_dir) if ctx.is_main else None
         self.runner = RankAwareOnPolicyRunner(self.vec_env, train_cfg, ctx, log_dir=log_dir, device=ctx.device)
+        if ctx.distributed and not library_syncs_normalizer():  # 5.4.x: per env step, see the docstring
+            use_global_normalizers(self.runner.alg.actor)
+            use_global_normalizers(self.runner.alg.critic)
         self.fused_sync = use_fused_sync(ctx.distributed) and type(self.runner.alg) is PPO
         if self.fused_sync:
             self.runner.alg.__class__ = FusedSyncPPO  # same object, fused update (see FusedSyncPPO)
@@ -340,3 +390,20 @@ class RslRlAdapter(LibraryAdapter):
         # obs_normalization is on, the normalizer's mean/var/std/count buffers.
         actor = self.runner.alg.get_policy()
         return {f"actor.{key}": value.detach().clone() for key, value in actor.state_dict().items()}
+
+    def deterministic_actions(self, observations: torch.Tensor) -> torch.Tensor:
+        policy = self.runner.get_inference_policy(self.ctx.device)  # eval mode: normalizer frozen
+        with torch.no_grad():
+            return policy(TensorDict({"policy": observations}, batch_size=[observations.shape[0]]))
+
+    def inference_module(self) -> torch.nn.Module:
+        from islab.policy.modules import DeterministicPolicy, frozen_copy
+
+        # rsl_rl's own export form (what its export_policy_to_jit scripts): a copy of the actor's
+        # observation normalizer, MLP and mean extraction.
+        actor = self.runner.alg.get_policy()
+        exported = frozen_copy(actor.as_jit())
+        normalizer = exported.obs_normalizer if actor.obs_normalization else None
+        return DeterministicPolicy(
+            torch.nn.Sequential(exported.mlp, exported.deterministic_output), normalizer=normalizer
+        )

@@ -387,3 +387,23 @@ class SkrlJaxAdapter(SkrlAdapter):
             for key, value in preprocessor.state_dict.params.items():
                 state[f"observation_preprocessor.{key}"] = np.array(value)
         return state
+
+    def deterministic_actions(self, observations: torch.Tensor) -> torch.Tensor:
+        # what skrl's trainer does in eval: act, then take the mean instead of the sample
+        self.agent.enable_training_mode(False, apply_to_models=True)
+        _, outputs = self.agent.act(jnp.asarray(observations.cpu().numpy()), None, timestep=0, timesteps=0)
+        return _jax_to_torch(outputs["mean_actions"]).to(observations.device)
+
+    def inference_module(self) -> torch.nn.Module:
+        """The policy lives in flax params: skrl's *torch* model instantiator builds the same
+        network from the same YAML section and the params are copied in (islab.policy.flax_torch)."""
+        from islab.policy.flax_torch import torch_policy_from_flax
+        from islab.policy.modules import DeterministicPolicy, SkrlPolicyMean, skrl_normalizer
+
+        agent = self.agent
+        model = torch_policy_from_flax(
+            self.agent_cfg["models"]["policy"], agent.policy.state_dict.params, agent.observation_space,
+            agent.action_space,
+        )  # fmt: skip
+        preprocessor = agent.checkpoint_modules.get("observation_preprocessor")
+        return DeterministicPolicy(SkrlPolicyMean(model), normalizer=skrl_normalizer(preprocessor))

@@ -340,3 +340,16 @@ class SkrlTorchAdapter(SkrlAdapter):
         if preprocessor is not None:
             state.update({f"observation_preprocessor.{k}": v for k, v in preprocessor.state_dict().items()})
         return state
+
+    def deterministic_actions(self, observations: torch.Tensor) -> torch.Tensor:
+        # what skrl's trainer does in eval: act, then take the mean instead of the sample
+        self.agent.enable_training_mode(False, apply_to_models=True)
+        with torch.no_grad():
+            _, outputs = self.agent.act(observations, None, timestep=0, timesteps=0)
+        return outputs["mean_actions"]
+
+    def inference_module(self) -> torch.nn.Module:
+        from islab.policy.modules import DeterministicPolicy, SkrlPolicyMean, skrl_normalizer
+
+        preprocessor = self._modules().get("observation_preprocessor")
+        return DeterministicPolicy(SkrlPolicyMean(self.agent.policy), normalizer=skrl_normalizer(preprocessor))

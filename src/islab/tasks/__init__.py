@@ -7,6 +7,9 @@ A task is a package ``islab/tasks/<name>/`` (or any installed package announced 
     <name>/<name>_env.py       <Name>EnvCfg (observation_space, action_space, num_envs) and <Name>Env
     <name>/agents/*.yaml       one agent config per library, in that library's own format
 
+A task that needs an optional extra says so with ``kwargs={"islab_extra": "<extra>"}`` (mjlab's
+robots in ``islab/tasks/mjlab/``): it is listed without the extra and refused before launch.
+
 Importing this package is cheap and torch-free: :data:`TASKS` reads the registrations statically
 (:mod:`islab.tasks.registry`), so the launcher validates ``--task`` and finds agent configs
 before anything heavy is imported. A rank imports the task package itself (``import_task``).
@@ -23,6 +26,7 @@ from islab.tasks.registry import (
     TaskRegistrationError,
     add_task_module,
     import_task,
+    missing_extra,
     module_file,
     resource_path,
 )
@@ -35,6 +39,7 @@ __all__ = [
     "agent_config_path",
     "import_task",
     "libraries_with_agent_config",
+    "missing_extra",
 ]
 
 

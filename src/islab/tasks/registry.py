@@ -38,6 +38,7 @@ from typing import Any
 
 ENTRY_POINT_GROUP = "islab.tasks"
 ENV_CFG_KEY = "env_cfg_entry_point"
+EXTRA_KEY = "islab_extra"  # an islab-train extra the task needs; the extra installs a module of that name
 
 
 class TaskRegistrationError(ValueError):
@@ -56,6 +57,7 @@ class TaskInfo:
     observation_size: int = 0
     action_size: int = 0
     default_num_envs: int = 0
+    extra: str = ""  # the islab-train extra (= module) the task needs, e.g. "mjlab"; "" = none
 
 
 # -- locating source files without importing -----------------------------------------------------
@@ -205,6 +207,7 @@ def read_task(task_id: str, package: str) -> TaskInfo:
     arguments = found[task_id]
     kwargs = dict(arguments.get("kwargs") or {})
     cfg_entry_point = kwargs.pop(ENV_CFG_KEY, "")
+    extra = str(kwargs.pop(EXTRA_KEY, ""))
     literals = class_literals(cfg_entry_point) if cfg_entry_point else {}
     return TaskInfo(
         task_id=task_id,
@@ -215,6 +218,7 @@ def read_task(task_id: str, package: str) -> TaskInfo:
         observation_size=int(literals.get("observation_space", 0)),
         action_size=int(literals.get("action_space", 0)),
         default_num_envs=int(literals.get("num_envs", 0)),
+        extra=extra,
     )
 
 
@@ -274,6 +278,13 @@ def add_task_module(module: str) -> list[str]:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     return TASKS.add_module(module)
+
+
+def missing_extra(task_id: str) -> str | None:
+    """The extra ``task_id`` needs when its module is not installed, else None. Checked with
+    ``find_spec`` on the top-level module, which imports nothing (mjlab costs torch and Warp)."""
+    extra = TASKS[task_id].extra
+    return extra if extra and importlib.util.find_spec(extra) is None else None
 
 
 def import_task(task_id: str) -> TaskInfo:

@@ -46,6 +46,7 @@ unreadable file) is broadcast too, so every rank stops with the same message ins
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import random
@@ -99,9 +100,14 @@ def capture_rng(env_generator: torch.Generator | None, library: Mapping[str, Any
     """This process's RNG states as tensors and numbers (``weights_only``-loadable)."""
     np_kind, np_keys, np_pos, np_has_gauss, np_cached = np.random.get_state()
     py_version, py_internal, py_gauss_next = random.getstate()
+    # The device is the env generator's (the rank's device): a CPU run on a GPU machine never
+    # touches torch.cuda's RNG state.
+    device = env_generator.device if env_generator is not None else torch.device("cpu")
+    on_cuda = device.type == "cuda" and torch.cuda.is_available() and torch.cuda.is_initialized()
     return {
         "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() and torch.cuda.is_initialized() else None,
+        "cuda": torch.cuda.get_rng_state() if on_cuda else None,
+        "device": str(device),
         "numpy": {
             "kind": str(np_kind),
             "keys": torch.from_numpy(np.asarray(np_keys, dtype=np.int64)),
@@ -122,7 +128,8 @@ def capture_rng(env_generator: torch.Generator | None, library: Mapping[str, Any
 def restore_rng(state: Mapping[str, Any], env_generator: torch.Generator | None) -> None:
     """Inverse of ``capture_rng`` (the ``library`` entry is the adapter's to restore)."""
     torch.set_rng_state(state["torch"])
-    if state.get("cuda") is not None and torch.cuda.is_available():
+    here = env_generator.device if env_generator is not None else torch.device("cpu")
+    if state.get("cuda") is not None and here.type == "cuda" and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda"])
     numpy_state = state["numpy"]
     np.random.set_state(
@@ -137,7 +144,35 @@ def restore_rng(state: Mapping[str, Any], env_generator: torch.Generator | None)
     python_state = state["python"]
     random.setstate((python_state["version"], tuple(python_state["internal"].tolist()), python_state["gauss_next"]))
     if env_generator is not None and state.get("env") is not None:
-        env_generator.set_state(state["env"])
+        _restore_env_generator(env_generator, state["env"], state.get("device", str(env_generator.device)))
+
+
+def _restore_env_generator(generator: torch.Generator, saved: torch.Tensor, saved_device: str) -> None:
+    """The env stream where it stopped; across device types (a GPU run resumed on CPU, or back)
+    the states have different kinds (Philox vs Mersenne Twister) and cannot be converted, so the
+    stream goes on from a seed derived from the saved state: deterministic, but another stream."""
+    if torch.device(saved_device).type == generator.device.type:
+        try:
+            generator.set_state(saved)
+            return
+        except RuntimeError as error:
+            raise CheckpointError(
+                f"resume: the env generator state saved on {saved_device} does not fit this rank's: {error}"
+            ) from None
+    digest = hashlib.sha256(saved.cpu().numpy().tobytes()).digest()
+    generator.manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
+
+
+def to_cpu(obj: Any) -> Any:
+    """A copy of nested dicts/lists/tuples with every tensor on the CPU: a checkpoint written on a
+    GPU loads with ``torch.load(path, weights_only=True)`` on a machine without one."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, Mapping):
+        return {key: to_cpu(value) for key, value in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(to_cpu(value) for value in obj)
+    return obj
 
 
 def gather_rng(collective: Collective, local: dict[str, Any]) -> dict[str, Any] | None:
@@ -273,7 +308,8 @@ class Checkpointer:
             "policy_sha256": state_digest(adapter.policy_state()),
             "spec": self.spec,
             "rng": rng,
-            "library": adapter.library_state(),
+            "device": str(adapter.env.generator.device) if adapter.env.generator is not None else "cpu",
+            "library": to_cpu(adapter.library_state()),
         }
         history = atomic_torch_save(checkpoint, self.directory / f"iter_{iteration}.pt")
         self._replace_latest(history)

@@ -22,6 +22,7 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -143,6 +144,17 @@ def fused_advance(
 
 class CartpoleEnv(DirectRLEnv):
     cfg: CartpoleEnvCfg
+    # The policy's inputs and outputs by name, in order (islab-train export writes them to policy.json).
+    observation_names: ClassVar[tuple[str, ...]] = (
+        "pole_angle", "pole_angular_velocity", "cart_position", "cart_velocity",
+    )  # fmt: skip
+    action_names: ClassVar[tuple[str, ...]] = ("cart_force",)
+    success_measure: ClassVar[str] = "the episode reached its time limit without the cart or pole leaving bounds"
+
+    def episode_success(self, terminated: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor:
+        """Per env, whether an episode that ended in this step succeeded (islab-train play counts
+        it); called with the step's own terminated/truncated flags."""
+        return truncated & ~terminated
 
     def _setup_scene(self) -> None:
         n, dev, cfg = self.num_envs, self.device, self.cfg

@@ -1,0 +1,139 @@
+"""Which run, which checkpoint (torch-free): the first thing ``play`` and ``export`` decide.
+
+``RUN_DIR`` must be a run directory a training wrote (``spec.yaml`` + ``agent.yaml`` + islab
+checkpoints). ``--checkpoint`` picks one of its islab checkpoints:
+
+* ``latest`` (default): ``checkpoints/latest.pt``, what ``--resume RUN_DIR`` would continue from;
+* ``best``: of the islab checkpoints still on disk (``checkpoints/iter_<N>.pt``, the newest few are
+  kept), the one whose iteration has the highest mean episode return in ``progress.jsonl``.
+  That return is the training's own figure (stochastic actions, a window of recent episodes), so
+  "best" is best as training measured it, not a fresh evaluation; when no kept checkpoint has a
+  recorded return, ``best`` falls back to ``latest`` and says so;
+* a path to an islab checkpoint file (``iter_<N>.pt`` of this or another run of the same library
+  and task; the loader checks it).
+
+Anything else is refused here, before torch or a library is imported: one line
+``error: <field>: <problem>. <fix>.`` and exit 2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from islab import rundir
+from islab.launcher.issues import Issue, SpecError
+
+CHECKPOINT_CHOICES = ("latest", "best")
+HISTORY_PREFIX = "iter_"
+
+
+@dataclass(frozen=True)
+class PolicySource:
+    """A resolved ``RUN_DIR [--checkpoint X]``: the run's stored spec and one checkpoint file."""
+
+    run_dir: Path
+    checkpoint: Path
+    choice: str  # "latest", "best" or "path"
+    note: str | None  # why this file, when that is not obvious (best's fallback)
+    spec: dict[str, Any]
+
+    @property
+    def lib(self) -> str:
+        return str(self.spec["lib"])
+
+    @property
+    def ml_framework(self) -> str:
+        return str(self.spec.get("ml_framework") or "torch")
+
+    @property
+    def task(self) -> str:
+        return str(self.spec["task"])
+
+
+def read_run_spec(run_dir: Path) -> dict[str, Any]:
+    """``spec.yaml`` as a dict; SpecError when the directory is not a run directory."""
+    import yaml
+
+    if not run_dir.exists():
+        raise SpecError(Issue("RUN_DIR", f"{run_dir} does not exist", "Pass the run directory a training printed"))
+    if not run_dir.is_dir():
+        raise SpecError(Issue("RUN_DIR", f"{run_dir} is a file, not a run directory", "Pass its run directory"))
+    spec_file = run_dir / rundir.SPEC_FILE
+    if not spec_file.is_file() or not (run_dir / rundir.AGENT_FILE).is_file():
+        raise SpecError(
+            Issue(
+                "RUN_DIR",
+                f"{run_dir} has no {rundir.SPEC_FILE} and {rundir.AGENT_FILE}, so it is not a run directory "
+                "(or its training never started)",
+                "Pass <log_dir>/<lib>/<task>/<time>, the directory islab-train printed",
+            )
+        )
+    try:
+        spec = yaml.safe_load(spec_file.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as error:
+        raise SpecError(Issue("RUN_DIR", f"cannot read {spec_file}: {error}", "Check the file")) from error
+    if not isinstance(spec, dict) or not spec.get("lib") or not spec.get("task"):
+        raise SpecError(Issue("RUN_DIR", f"{spec_file} names no lib and task", "Pass a run directory islab wrote"))
+    return spec
+
+
+def recorded_returns(run_dir: Path) -> dict[int, float]:
+    """Mean return per iteration from ``progress.jsonl``; a repeated iteration (after an elastic
+    restart redid it) keeps its last record, which is the one whose policy the checkpoint holds."""
+    returns: dict[int, float] = {}
+    for record in rundir.read_progress(rundir.progress_path(run_dir)):
+        if record.get("mean_return") is not None and record.get("iteration") is not None:
+            returns[int(record["iteration"])] = float(record["mean_return"])
+    return returns
+
+
+def history_checkpoints(run_dir: Path) -> dict[int, Path]:
+    """``checkpoints/iter_<N>.pt`` by iteration N."""
+    found: dict[int, Path] = {}
+    for path in rundir.checkpoint_dir(run_dir).glob(f"{HISTORY_PREFIX}*.pt"):
+        number = path.stem.removeprefix(HISTORY_PREFIX)
+        if number.isdigit():
+            found[int(number)] = path
+    return found
+
+
+def best_checkpoint(run_dir: Path) -> tuple[Path, str | None]:
+    """(the kept checkpoint with the highest recorded mean return, a note or None)."""
+    returns = recorded_returns(run_dir)
+    scored = [(returns[it], it, path) for it, path in history_checkpoints(run_dir).items() if it in returns]
+    if not scored:
+        return rundir.latest_checkpoint(run_dir), "no kept checkpoint has a recorded mean return; using latest"
+    mean_return, iteration, path = max(scored)  # equal returns: the later iteration
+    return path, f"iteration {iteration}, mean return {mean_return:.2f} during training"
+
+
+def resolve_source(run_dir: str | Path, checkpoint: str = "latest") -> PolicySource:
+    """Check ``RUN_DIR`` and ``--checkpoint``; SpecError (exit 2) for anything unusable."""
+    directory = Path(run_dir).expanduser()
+    spec = read_run_spec(directory)
+    note = None
+    if checkpoint == "latest":
+        path, choice = rundir.latest_checkpoint(directory), "latest"
+    elif checkpoint == "best":
+        (path, note), choice = best_checkpoint(directory), "best"
+    else:
+        path, choice = Path(checkpoint).expanduser(), "path"
+        if not path.is_file():
+            raise SpecError(
+                Issue(
+                    "--checkpoint",
+                    f"{checkpoint!r} is neither {' nor '.join(CHECKPOINT_CHOICES)} nor an existing file",
+                    f"Use latest, best or a path such as {rundir.checkpoint_dir(directory) / 'iter_<N>.pt'}",
+                )
+            )
+    if not path.is_file():
+        raise SpecError(
+            Issue(
+                "--checkpoint",
+                f"{directory} has no islab checkpoint {path.name} (the training wrote none yet)",
+                f"Train it further (islab-train --resume {directory}) or pass a checkpoint file",
+            )
+        )
+    return PolicySource(run_dir=directory, checkpoint=path, choice=choice, note=note, spec=spec)

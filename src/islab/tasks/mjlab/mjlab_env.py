@@ -1,0 +1,166 @@
+"""An mjlab task (MuJoCo Warp, Isaac Lab's manager-based API) in our env contract.
+
+mjlab's ``ManagerBasedRlEnv`` already steps like Isaac Lab's: batched tensors on one device,
+``step(actions) -> (obs, reward, terminated, truncated, extras)`` with the auto-reset inside,
+``episode_length_buf``, ``max_episode_length``, ``extras["log"]``. What differs, and what
+``MjlabEnv`` does about it:
+
+* Observation groups are named "actor" and "critic"; ours (Isaac Lab's) are "policy" and
+  "critic". The actor group becomes "policy"; the critic group stays "critic" (privileged: Go1
+  flat has 48 actor and 72 critic values). skrl reads "critic" as the state; rsl_rl gets both
+  groups through ``obs_groups``; rl_games trains on "policy" only.
+* Spaces are mjlab's own types; ours are gymnasium ``Box`` spaces (a ``Dict`` of groups).
+* ``extras["log"]`` holds mjlab's per-term episode sums; we add ``episode_return`` and
+  ``episode_length`` of the episodes that ended in this step, as our own envs report them (the
+  adapters' mean return and skrl's logging read them).
+* Build: our config (``MjlabTaskCfg``: the mjlab task id, ``num_envs``, ``seed``) ->
+  ``load_env_cfg(task)``, ``cfg.scene.num_envs``, ``cfg.seed`` = the rank's seed (mjlab seeds
+  Python, numpy, torch and Warp with it), ``ManagerBasedRlEnv(cfg, device)``. The config classes
+  carry literal ``observation_space`` (the actor group's size), ``action_space`` and ``num_envs``
+  for the launcher, which reads them without importing this module; a test checks them against
+  the real envs.
+* RNG: mjlab draws from the global torch generator (and Warp's), so ``generator`` is None and the
+  islab checkpoint's torch RNG state covers it.
+* Warp compiles its kernels on first use (Go1: ~25 s once); point ``WARP_CACHE_PATH`` at a
+  directory that survives between runs. ``MJLAB_WARP_QUIET=1`` silences its per-kernel lines.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium
+import numpy as np
+import torch
+
+os.environ.setdefault("MJLAB_WARP_QUIET", "1")  # before mjlab configures Warp at import
+
+# mjlab's observation groups -> ours. Our env contract (Isaac Lab's) names the actor's group
+# "policy"; the critic's (privileged) group keeps its name, which skrl reads as the state.
+GROUP_NAMES = {"actor": "policy", "critic": "critic"}
+
+
+@dataclass
+class MjlabTaskCfg:
+    """Which mjlab task to build, and how many envs with which seed."""
+
+    mjlab_task: str = ""
+    # Envs per rank when --num-envs is not given: mjlab's own default is 4096 per GPU, far too
+    # many for a CPU rank (Go1 steps at ~100-200 env steps/s per core).
+    num_envs: int = 64
+    seed: int | None = None
+    observation_space: int = 0  # the actor group's size
+    action_space: int = 0
+
+
+@dataclass
+class CartpoleBalanceCfg(MjlabTaskCfg):
+    mjlab_task: str = "Mjlab-Cartpole-Balance"
+    observation_space: int = 5
+    action_space: int = 1
+
+
+@dataclass
+class Go1FlatCfg(MjlabTaskCfg):
+    mjlab_task: str = "Mjlab-Velocity-Flat-Unitree-Go1"
+    observation_space: int = 48  # critic: 72
+    action_space: int = 12
+
+
+@dataclass
+class G1FlatCfg(MjlabTaskCfg):
+    mjlab_task: str = "Mjlab-Velocity-Flat-Unitree-G1"
+    observation_space: int = 99
+    action_space: int = 29
+
+
+def _box(space: Any) -> gymnasium.spaces.Box:
+    shape = tuple(int(size) for size in space.shape)
+    return gymnasium.spaces.Box(-np.inf, np.inf, shape=shape, dtype=np.float32)
+
+
+class MjlabEnv:
+    """``ManagerBasedRlEnv`` seen as our ``DirectRLEnv``-shaped env (see the module docstring)."""
+
+    metadata: dict[str, Any] = {"render_modes": [None]}  # noqa: RUF012 -- gymnasium convention
+    render_mode = None
+    generator = None  # mjlab uses the global torch RNG; the checkpoint saves that
+
+    def __init__(self, cfg: MjlabTaskCfg, device: str = "cpu") -> None:
+        import mjlab.tasks  # noqa: F401 -- registers mjlab's tasks
+        from mjlab.envs import ManagerBasedRlEnv
+        from mjlab.tasks.registry import load_env_cfg
+
+        task_id, num_envs = cfg.mjlab_task, cfg.num_envs
+        env_cfg = load_env_cfg(task_id)
+        env_cfg.scene.num_envs = num_envs
+        env_cfg.seed = cfg.seed
+        self.task_id = task_id
+        self.env = ManagerBasedRlEnv(cfg=env_cfg, device=str(device))
+        self.cfg = self.env.cfg
+        self.device = torch.device(device)
+        self.num_envs = num_envs
+        self.max_episode_length = int(self.env.max_episode_length)
+        self.step_dt = float(self.env.step_dt)
+        groups = self.env.single_observation_space.spaces
+        unknown = set(groups) - set(GROUP_NAMES)
+        if unknown or "actor" not in groups:
+            raise NotImplementedError(f"{task_id}: observation groups {sorted(groups)}; islab maps only actor/critic")
+        self.single_observation_space = gymnasium.spaces.Dict(
+            {GROUP_NAMES[name]: _box(space) for name, space in groups.items()}
+        )
+        self.single_action_space = _box(self.env.single_action_space)
+        self.observation_space = gymnasium.vector.utils.batch_space(self.single_observation_space, num_envs)
+        self.action_space = gymnasium.vector.utils.batch_space(self.single_action_space, num_envs)
+        self._episode_return = torch.zeros(num_envs, device=self.device)
+        self.extras: dict[str, Any] = {}
+
+    @property
+    def unwrapped(self) -> MjlabEnv:
+        return self
+
+    @property
+    def episode_length_buf(self) -> torch.Tensor:
+        return self.env.episode_length_buf
+
+    @episode_length_buf.setter
+    def episode_length_buf(self, value: torch.Tensor) -> None:
+        self.env.episode_length_buf = value  # rsl_rl randomizes it (init_at_random_ep_len)
+
+    @property
+    def common_step_counter(self) -> int:
+        return self.env.common_step_counter  # drives mjlab's curricula
+
+    def _obs(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {GROUP_NAMES[name]: value for name, value in obs.items()}
+
+    def seed(self, seed: int | None = None) -> int | None:
+        return None if seed is None else self.env.seed(int(seed))
+
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        obs, extras = self.env.reset(seed=seed, options=options)
+        self._episode_return.zero_()
+        self.extras = extras
+        return self._obs(obs), extras
+
+    def step(
+        self, action: torch.Tensor
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        length_before = self.env.episode_length_buf + 1  # the auto-reset zeroes it for finished envs
+        obs, reward, terminated, truncated, extras = self.env.step(action.to(self.device))
+        self._episode_return += reward
+        done = terminated | truncated
+        if done.any():
+            log = extras.setdefault("log", {})
+            log["episode_return"] = self._episode_return[done].mean()
+            log["episode_length"] = length_before[done].float().mean()
+            self._episode_return[done] = 0.0
+        self.extras = extras
+        return self._obs(obs), reward, terminated, truncated, extras
+
+    def close(self) -> None:
+        self.env.close()
