@@ -232,3 +232,15 @@ def _launch_one(tmp_path: Path, *args: str, extra_env: dict[str, str]) -> subpro
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ISLAB_", "SLURM_"))} | extra_env
     cmd = [sys.executable, "-m", "islab.cli", "--log-dir", str(tmp_path / "runs"), *args]
     return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=900)
+
+
+def test_a_rank_that_only_lost_its_peer_is_not_the_root_cause(tmp_path):
+    """Error files stamped in the same second: the rank with its own exception is named first."""
+    from islab.launcher.torchrun import error_file_failures
+
+    for rank, message in ((0, "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:9344"),
+                          (1, "RuntimeError: fixture failure injected on rank 1")):  # fmt: skip
+        path = tmp_path / "run" / "attempt_0" / str(rank) / "error.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"message": {"message": message, "extraInfo": {"timestamp": "1795474576"}}}))
+    assert [rank for rank, _ in error_file_failures(tmp_path)] == [1, 0]
