@@ -20,9 +20,10 @@ from typing import Any
 
 import typer
 
+from islab.cli import app as app_module
 from islab.cli.app import ARGV, PROG, app, source_of
 from islab.cli.commands import SUBCOMMANDS, commands
-from islab.cli.options import BY_NAME
+from islab.cli.options import BY_NAME, OPTIONS
 from islab.launcher.issues import Issue, suggest
 from islab.launcher.text import escape
 
@@ -31,17 +32,32 @@ from islab.launcher.text import escape
 LOOKALIKE_DASHES = "\u2013\u2014\u2212\u2010\u2011\u2012\ufe63\uff0d"
 
 
+# Flags of Isaac Lab's train.py scripts (and its AppLauncher) that users paste next to ours from the
+# guide: they belong to the script, after `--` (the --isaaclab preset sets --headless --distributed).
+ISAACLAB_SCRIPT_FLAGS = frozenset({
+    "distributed", "headless", "video", "video_length", "video_interval", "enable_cameras", "num_envs",
+    "max_iterations", "ml_framework", "livestream", "experiment_name", "run_name", "checkpoint", "algorithm",
+})  # fmt: skip
+
+
 def lookalike_dash_issue(args: list[str]) -> Issue | None:
-    """An argument typed with an en/em dash instead of "--" (copy-pasted from typeset docs)."""
+    """An argument typed with an en/em dash instead of "--" (copy-pasted from typeset docs). The
+    hint names an option only when islab-train has it; Isaac Lab script flags are sent after `--`."""
     for arg in args:
         if arg and arg[0] in LOOKALIKE_DASHES:
-            name = arg.lstrip(LOOKALIKE_DASHES + "-")
-            meant = f"--{name}" if len(name.split("=")[0]) > 1 else f"-{name}"
-            return Issue(
-                f"argument {arg!r}",
-                f"starts with the typographic dash {arg[0]!r} (U+{ord(arg[0]):04X}), not '--'",
-                f"did you mean {meant}? Retype the dashes as two ASCII hyphens",
-            )
+            name = arg.lstrip(LOOKALIKE_DASHES + "-").split("=")[0]
+            problem = f"starts with the typographic dash {arg[0]!r} (U+{ord(arg[0]):04X}), not '--'"
+            flags = {flag for option in OPTIONS for flag in option.flag.split("/")}
+            meant = f"--{name.replace('_', '-')}"
+            if meant in flags:
+                fix = f"did you mean {meant}? Retype the dashes as two ASCII hyphens"
+            elif name in ISAACLAB_SCRIPT_FLAGS:
+                fix = (f"--{name} is a flag of Isaac Lab's train.py, not of {PROG}: put it after -- "
+                       "(e.g. --script train.py -- --" + name + "); with --isaaclab DIR, --headless and "
+                       "--distributed are set for you")  # fmt: skip
+            else:
+                fix = f"{PROG} has no option --{name}; retype the dashes as two ASCII hyphens (see {PROG} --help)"
+            return Issue(f"argument {arg!r}", problem, fix)
     return None
 
 
@@ -84,11 +100,17 @@ def run(argv: list[str] | None = None) -> int:
     from typer._click import exceptions as click_exceptions  # typer vendors click
 
     args = list(sys.argv[1:] if argv is None else argv)
-    dash = lookalike_dash_issue(args)
+    dash = lookalike_dash_issue(args[: args.index("--")] if "--" in args else args)
     if dash is not None:
         print(dash.message(), file=sys.stderr)
         return 2
     ARGV[:] = args
+    if "--" in args and not _wants_subcommand(args, SUBCOMMANDS):
+        # Everything after `--` belongs to the entry point, verbatim (click would read options there).
+        cut = args.index("--")
+        args, app_module.ENTRY_ARGS = args[:cut], args[cut + 1 :]
+    else:
+        app_module.ENTRY_ARGS = None
     command = typer.main.get_command(commands if _wants_subcommand(args, SUBCOMMANDS) else app)
     try:
         result = command.main(args=args, prog_name=PROG, standalone_mode=False)
@@ -106,4 +128,3 @@ def run(argv: list[str] | None = None) -> int:
 
 def main() -> None:
     sys.exit(run())
-

@@ -39,6 +39,8 @@ from islab.rundir import rank_log, write_launch_record
 
 # islab-train's own arguments as typed (set by islab.cli.run), for the "how to resume" hint.
 ARGV: list[str] = []
+# The arguments after `--` (None: no `--` was given), set by islab.cli.run before click parses the rest.
+ENTRY_ARGS: list[str] | None = None
 
 PROG = "islab-train"
 
@@ -135,12 +137,20 @@ def _layers(ctx: typer.Context, values: dict[str, Any]) -> tuple[dict[str, Provi
     overrides = values.get("overrides")
     if overrides:
         cli_layer["overrides"] = Provided(tuple(overrides), "KEY=VALUE")
+    if ENTRY_ARGS is not None:  # everything after `--`, verbatim: replaces the YAML `args`
+        cli_layer["args"] = Provided(tuple(ENTRY_ARGS), "--")
+    entry = [option for option in OPTIONS if option.field == "entrypoint" and values.get(option.name) is not None]
+    if len(entry) > 1:
+        raise SpecError(Issue(" / ".join(option.flag for option in entry), "give only one entry point",
+                              "Keep one of --script, --module, --command"))  # fmt: skip
     for option in OPTIONS:
         value = values.get(option.name)
-        if option.field is None or value is None:
+        if option.field is None or value is None or (option.is_flag and value is False):
             continue
         if isinstance(value, Enum):
             value = value.value
+        if option.field == "entrypoint":
+            value = {option.name: value}
         if option.name == "nnodes" and value.strip().lstrip("+-").isdigit():
             value = int(value)  # "2" -> 2 (and "-1" -> -1, refused as a count); "1:2" stays text
         if source_of(ctx, option.name) == "ENVIRONMENT":

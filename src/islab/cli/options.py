@@ -131,6 +131,19 @@ OPTIONS: tuple[Option, ...] = (
            "reach N, i.e. ceil(N / (world size x num_envs x rollout length)) iterations, computed by the run from "
            "the world size it gets, so adding ranks keeps the sample budget. Not with --max-iterations.",
            PANEL_TRAINING, "total_env_steps", int, metavar="N"),
+    Option("--script", "Run your own training script on every rank instead of islab's worker: python PATH "
+           "ARGS, ARGS being everything after --. Rank logs, supervision, dry run, SLURM work as for the worker; "
+           "the run directory is in ISLAB_RUN_DIR.", PANEL_TRAINING, "entrypoint", metavar="PATH"),
+    Option("--module", "Like --script for a module: python -m NAME ARGS.", PANEL_TRAINING, "entrypoint",
+           metavar="NAME"),
+    Option("--command", "Like --script for an executable or console script (torchrun --no-python NAME ARGS).",
+           PANEL_TRAINING, "entrypoint", metavar="NAME"),
+    Option("--isaaclab", "Preset: run Isaac Lab's scripts/reinforcement_learning/<lib>/train.py from this "
+           "checkout on every rank, with --task/--num-envs/--seed/--max-iterations as its flags plus --headless "
+           "--distributed; more flags after --.", PANEL_TRAINING, "isaaclab", metavar="DIR"),
+    Option("--mjlab", "Preset: run mjlab's own train command (one process; it spawns a rank per GPU of --gpus "
+           "itself), with --task/--num-envs/--seed/--max-iterations mapped; one node only.", PANEL_TRAINING, "mjlab",
+           kind=bool),
     # --- processes ------------------------------------------------------------------------------
     Option("--gpus", "GPU processes per node: sets --device cuda and N ranks per node ('all' = every visible "
            "GPU, honouring CUDA_VISIBLE_DEVICES).", PANEL_PROCESSES, metavar="N|all"),

@@ -27,7 +27,7 @@ import re
 import shlex
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -184,7 +184,7 @@ def summary_rows(summary: Mapping[str, Any], run_dir: str, resume: str | None) -
 # ----------------------------------------------------------------------------------------------
 
 
-def _live_renderable(record: Mapping[str, Any] | None, started: float, note: str) -> Any:
+def _live_renderable(record: Mapping[str, Any] | None, started: float, note: str, waiting: str | None = None) -> Any:
     from rich.console import Group
     from rich.progress_bar import ProgressBar
     from rich.table import Table
@@ -193,6 +193,8 @@ def _live_renderable(record: Mapping[str, Any] | None, started: float, note: str
     title = Text.from_markup(f"[bold]islab-train[/bold] {note}")
     elapsed = time.monotonic() - started
     if record is None:
+        if waiting:  # a user's script between event flushes: elapsed time and rank 0's last line
+            return Group(title, Text(f"{format_duration(elapsed)} elapsed · rank 0: {waiting}", style="dim"))
         return Group(title, Text.from_markup(f"[dim]waiting for the first iteration… {format_duration(elapsed)}[/dim]"))
     iteration, total = record.get("iteration", 0), record.get("max_iterations") or 0
     percent = f" ({100 * iteration / total:.0f}%)" if total else ""
@@ -225,13 +227,18 @@ class RunView:
         progress: bool = True,
         note: str = "",
         interval_s: float = DEFAULT_PLAIN_INTERVAL_S,
+        reader: Any = None,
+        last_line: Callable[[], str | None] | None = None,
     ) -> None:
         self.run_dir = run_dir
         self.out = out
         self.progress = progress
         self.note = note
         self.interval_s = interval_s
-        self.reader = ProgressReader(progress_path(run_dir))
+        # progress.jsonl (our worker), or a user entry point's TensorBoard events (same records)
+        self.reader = reader if reader is not None else ProgressReader(progress_path(run_dir))
+        # rank 0's last log line: shown with the elapsed time while no iteration has been reported
+        self.last_line = last_line
         self.latest: dict[str, Any] | None = None
         self.records: list[dict[str, Any]] = []
         self._printed: int | None = None
@@ -269,11 +276,17 @@ class RunView:
             self.records.extend(new)
             self.latest = new[-1]
         with self._lock:
+            waiting = self.last_line() if self.last_line is not None and self.latest is None else None
             if self._live is not None:
-                self._live.update(_live_renderable(self.latest, self._started, self.note))
+                self._live.update(_live_renderable(self.latest, self._started, self.note, waiting))
                 return
             now = time.monotonic()
             due = final or now - self._last_print >= self.interval_s
+            if waiting and due and not final:
+                elapsed = format_duration(now - self._started)
+                self.out.write(f"islab-train: {elapsed} elapsed · rank 0: {waiting}\n")
+                self.out.flush()
+                self._last_print = now
             if self.latest is not None and due and self.latest.get("iteration") != self._printed:
                 self.out.write(plain_line(self.latest) + "\n")
                 self.out.flush()
@@ -363,6 +376,14 @@ def finish(run_dir: str, out: IO[str], *, tty: bool, resume: str | None, records
     except Exception as exc:  # a plot must never turn a finished run into a failure
         out.write(f"islab-train: could not draw {CURVES_FILE}: {exc}\n")
     summary = read_summary(run_dir)
+    if summary is None and records:  # a user's script: the summary comes from its TensorBoard events
+        last = records[-1]
+        rows = [("iterations", str(last.get("iteration"))), ("mean return", format_return(last.get("mean_return"))),
+                ("wall time", format_duration(last.get("time_s"))), ("run dir", run_dir)]  # fmt: skip
+        if curves is not None:
+            rows.append(("curves", str(curves)))
+        render_summary(rows, out, tty=tty)
+        return
     if summary is None:
         out.write(f"islab-train: finished; no {SUMMARY_FILE} in {run_dir}\n")
         return

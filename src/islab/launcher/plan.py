@@ -40,11 +40,18 @@ from typing import Literal
 
 from islab.agent_config import load_agent_config
 from islab.budget import Budget
+from islab.isaaclab_preset import tensorboard_root
 from islab.launcher import skrl_jax, torchrun
 from islab.launcher.addresses import join_host_port, split_host_port
 from islab.launcher.issues import Issue, mask_env
 from islab.launcher.resolve import ResolvedSpec
-from islab.launcher.spec import DEFAULT_C10D_ID, DEFAULT_MULTINODE_MASTER_PORT, DEFAULT_RDZV_TIMEOUT_S, RunSpec
+from islab.launcher.spec import (
+    DEFAULT_C10D_ID,
+    DEFAULT_MULTINODE_MASTER_PORT,
+    DEFAULT_RDZV_TIMEOUT_S,
+    WORKER_ONLY_FIELDS,
+    RunSpec,
+)
 from islab.launcher.text import comment
 from islab.libs.registry import apply_env_fixes, launcher_of
 
@@ -91,6 +98,12 @@ class LaunchPlan:
     nnodes: int = 1
     # What the job trains (iterations x ranks x envs x rollout): shown by the dry run.
     budget: Budget | None = None
+    # A user entry point instead of our worker: the launcher writes the rank logs and reads progress
+    # from TensorBoard events under ``events_root`` (written after ``events_not_before``, epoch s).
+    entrypoint: bool = False
+    events_root: str | None = None
+    events_library: str | None = None
+    events_not_before: float | None = None
 
     def node(self, node_rank: int) -> NodePlan:
         for node in self.nodes:
@@ -119,6 +132,8 @@ def run_dir_for(spec: RunSpec, now: datetime) -> str:
     else:
         leaf = now.strftime(RUN_DIR_TIME_FORMAT)
     leaf = f"{leaf}_{spec.run_name}" if spec.run_name else leaf
+    if spec.entrypoint is not None:  # <log_dir>/<lib>/<script stem | module | command>/<leaf>
+        return str(PurePath(spec.log_dir, spec.lib, entry_label(spec.entrypoint), leaf))
     return str(PurePath(spec.log_dir, spec.lib, spec.task, leaf))
 
 
@@ -126,6 +141,22 @@ def _shared_digest(spec: RunSpec) -> str:
     """What every node of the job is given alike (not its node rank or interpreter path)."""
     shared = {key: value for key, value in spec.to_plain().items() if key not in ("node_rank", "python")}
     return hashlib.sha256(json.dumps(shared, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def entry_label(entrypoint: Mapping[str, str]) -> str:
+    """A directory-safe name for an entry point: the script's stem, the module or the command."""
+    ((kind, name),) = entrypoint.items()
+    label = PurePath(name).stem if kind == "script" else PurePath(name).name
+    return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in label) or kind
+
+
+def entry_argv(spec: RunSpec) -> list[str]:
+    """What follows torchrun's own options (or skrl's JAX launcher's) for a user entry point:
+    ``PATH ARGS`` (run with the spec's python), ``-m NAME ARGS``, or ``--no-python NAME ARGS``."""
+    assert spec.entrypoint is not None
+    ((kind, name),) = spec.entrypoint.items()
+    head = {"script": [name], "module": ["-m", name], "command": ["--no-python", name]}[kind]
+    return [*head, *spec.args]
 
 
 def worker_args(spec: RunSpec, run_dir: str) -> list[str]:
@@ -167,9 +198,14 @@ def budget_of(spec: RunSpec) -> Budget:
     )
 
 
-def plan_env(spec: RunSpec) -> dict[str, str]:
+RUN_DIR_ENV = "ISLAB_RUN_DIR"
+
+
+def plan_env(spec: RunSpec, run_dir: str = "") -> dict[str, str]:
     """Environment every rank of this plan gets on top of the node's own environment."""
     env = dict(spec.env)
+    if spec.entrypoint is not None:  # a user's script learns where its job's run directory is
+        env[RUN_DIR_ENV] = run_dir
     apply_env_fixes(spec.lib, spec.ml_framework, spec.device, env)  # the registry's fixes; the user's env wins
     return env
 
@@ -207,22 +243,24 @@ def build_plan(spec: RunSpec, *, now: datetime, free_port: int) -> LaunchPlan:
     run_dir = run_dir_for(spec, now)
     launcher = launcher_of(spec.lib, spec.ml_framework)
     derived, node0_port = _derive(spec, free_port)
-    env = MappingProxyType(plan_env(spec))
-    worker = worker_args(spec, run_dir)
+    env = MappingProxyType(plan_env(spec, run_dir))
+    worker = worker_args(spec, run_dir) if spec.entrypoint is None else entry_argv(spec)
     node_ranks = [spec.node_rank] if spec.node_rank is not None else list(range(spec.nnodes))
     nodes = []
     for node_rank in node_ranks:
         if launcher == skrl_jax.NAME:
             coordinator = derived["coordinator_address"]
-            # The module form, as torchrun's commands: no path of this machine in a command for another.
+            # Our worker in the module form, as in torchrun's commands: no path of this machine in a
+            # command for another node. A user's entry point is a script: skrl's launcher runs PATH ARGS.
+            program = ("-m", torchrun.WORKER_MODULE, *worker) if spec.entrypoint is None else tuple(worker)
             ranks = tuple(
                 RankLaunch(
-                    global_rank, local_rank, (spec.python, "-m", torchrun.WORKER_MODULE, *worker),
+                    global_rank, local_rank, (spec.python, *program),
                     MappingProxyType({**env, **jax}),
                 )
                 for global_rank, local_rank, jax in skrl_jax.rank_envs(spec, node_rank, coordinator)
             )
-            argv = skrl_jax.node_argv(spec, node_rank, coordinator, worker)
+            argv = skrl_jax.node_argv(spec, node_rank, coordinator, program)
             nodes.append(NodePlan(node_rank, argv, env, ranks))
         else:
             nodes.append(NodePlan(node_rank, torchrun.node_argv(spec, node_rank, derived, worker), env))
@@ -237,7 +275,12 @@ def build_plan(spec: RunSpec, *, now: datetime, free_port: int) -> LaunchPlan:
         rendezvous_kind=kind,
         rendezvous_timeout_s=spec.rendezvous.timeout_s,
         nnodes=spec.nnodes,
-        budget=budget_of(spec),
+        budget=budget_of(spec) if spec.entrypoint is None else None,
+        entrypoint=spec.entrypoint is not None,
+        # Isaac Lab's train.py writes <cwd>/logs/<lib>/...; a user's script, under ISLAB_RUN_DIR
+        events_root=str(tensorboard_root(spec.lib, Path.cwd())) if spec.isaaclab or spec.mjlab else run_dir,
+        events_library=spec.lib if spec.isaaclab or spec.mjlab else None,  # mjlab: <cwd>/logs/rsl_rl
+        events_not_before=now.timestamp() - 1 if spec.entrypoint is not None else None,
     )
 
 
@@ -307,6 +350,8 @@ def format_text(plan: LaunchPlan, resolved: ResolvedSpec) -> str:
     rows = resolved.explain()
     width = max(len(name) for name, _, _ in rows)
     for name, value, source in rows:
+        if (name in WORKER_ONLY_FIELDS) if spec.entrypoint is not None else name in ("entrypoint", "args"):
+            continue  # a user entry point ignores the worker's fields; the worker has no entry point
         origin = resolved.origins.get(name)
         detail = f"source: {source.value}" + (f", {origin}" if origin and source.value != "file" else "")
         if value is None and name in plan.derived:

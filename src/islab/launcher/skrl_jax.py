@@ -24,7 +24,7 @@ from typing import IO, TYPE_CHECKING
 from islab.launcher.addresses import split_host_port
 from islab.launcher.failures import describe_end, last_exception_line, rendezvous_message
 from islab.launcher.processes import Child, Outcome
-from islab.launcher.torchrun import WORKER_MODULE, error_file_failures
+from islab.launcher.torchrun import error_file_failures
 from islab.rundir import rank_log
 
 if TYPE_CHECKING:
@@ -35,18 +35,18 @@ NAME = "skrl-jax"
 LAUNCHER_MODULE = "skrl.utils.distributed.jax"
 
 
-def node_argv(spec: RunSpec, node_rank: int, coordinator: str, worker: Sequence[str]) -> tuple[str, ...]:
-    """skrl's launcher runs ``[sys.executable, script, *args]``; after ``--`` its parser takes
-    ``-m`` as the script, so each rank runs ``python -m islab.worker ...``: portable to any node
-    where islab is installed (no absolute path of this machine's worker file)."""
+def node_argv(spec: RunSpec, node_rank: int, coordinator: str, program: Sequence[str]) -> tuple[str, ...]:
+    """skrl's launcher runs ``[sys.executable, script, *args]`` for each rank, ``program`` being
+    ``script, *args``. After ``--`` its parser takes ``-m`` as the script, so our worker runs as
+    ``python -m islab.worker ...``: portable to any node where islab is installed (no absolute path
+    of this machine's worker file); a user's entry point is its script path and arguments."""
     return (
         spec.python, "-m", LAUNCHER_MODULE,
         "--nnodes", str(spec.nnodes),
         "--nproc_per_node", str(spec.nproc_per_node),
         "--node_rank", str(node_rank),
         "--coordinator_address", coordinator,
-        "--", "-m", WORKER_MODULE,
-        *worker,
+        "--", *program,
     )  # fmt: skip
 
 

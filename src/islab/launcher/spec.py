@@ -190,6 +190,15 @@ class RunSpec(_Frozen):
     # Continue a run: its directory (training goes on in it) or a checkpoint file (a new run dir).
     resume: StrictStr | None = None
     checkpoint_interval: NonNegative = 10
+    # Bring your own: what each rank runs instead of our worker ({script|module|command: NAME}, see
+    # ENTRY_KINDS) and its arguments, passed verbatim (everything after ``--`` on the command line).
+    entrypoint: Mapping[str, str] | None = None
+    args: tuple[StrictStr, ...] = ()
+    # The Isaac Lab preset: the checkout whose scripts/reinforcement_learning/<lib>/train.py each
+    # rank runs (resolve turns it into ``entrypoint`` and ``args``).
+    isaaclab: StrictStr | None = None
+    # The mjlab preset: mjlab's own `train` console script (resolve turns it into the entry point).
+    mjlab: bool = False
 
     # -- single fields --------------------------------------------------------------------------
 
@@ -365,6 +374,34 @@ class RunSpec(_Frozen):
                 )
         return value
 
+    @field_validator("entrypoint")
+    @classmethod
+    def _entrypoint(cls, value: Mapping[str, str] | None) -> Mapping[str, str] | None:
+        if value is None:
+            return value
+        kinds = list(value)
+        if len(kinds) != 1 or kinds[0] not in ENTRY_KINDS:
+            raise _rule(
+                "entrypoint",
+                f"needs exactly one of {', '.join(ENTRY_KINDS)}, got {', '.join(map(str, kinds)) or 'nothing'}",
+                "Write e.g. entrypoint: {script: train.py} (or --script PATH / --module NAME / --command NAME)",
+            )
+        name = value[kinds[0]]
+        if not isinstance(name, str) or not name.strip() or any(ch in name for ch in "\n\r\0"):
+            raise _rule(f"entrypoint.{kinds[0]}", f"{name!r} is empty or not one line of text", "Give a path or name")
+        return {kinds[0]: name}
+
+    @field_validator("args")
+    @classmethod
+    def _args(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if any("\0" in arg for arg in value):
+            raise _rule("args", "an argument contains a NUL character", "Remove it")
+        return value
+
+    @field_serializer("entrypoint")
+    def _entry_as_dict(self, value: Mapping[str, str] | None) -> dict[str, str] | None:
+        return dict(value) if value is not None else None
+
     @field_serializer("env")
     def _env_as_dict(self, value: Mapping[str, str]) -> dict[str, str]:
         return dict(value)
@@ -396,6 +433,12 @@ class RunSpec(_Frozen):
                 "ml_framework",
                 f"{self.ml_framework} only works with {', '.join(having)}, not {self.lib}",
                 f"Use --lib {having[0]} --ml-framework {self.ml_framework}, or --ml-framework torch",
+            )
+        if launcher == "skrl-jax" and self.entrypoint is not None and "script" not in self.entrypoint:
+            raise _rule(
+                "entrypoint",
+                "skrl's JAX launcher runs a script file (python -m skrl.utils.distributed.jax ... PATH ARGS)",
+                "Use --script PATH with --lib skrl --ml-framework jax",
             )
         if launcher == "skrl-jax":
             self._check_jax(rdzv)
@@ -487,6 +530,7 @@ class RunSpec(_Frozen):
             data["max_iterations"] = None  # the worker derives the iterations from the budget
         data["env"] = mask_env(self.env)
         data["overrides"] = list(self.overrides)
+        data["args"] = list(self.args)
         return data
 
 
@@ -500,6 +544,14 @@ def parse_node_range(text: str) -> tuple[int, int] | None:
 
 
 # Input keys of the spec (``min_nnodes`` is derived from ``nnodes: "MIN:MAX"``, never given).
+# The kinds of entry point a rank can run instead of our worker (``python PATH``, ``python -m NAME``,
+# an executable: torchrun's ``--no-python``), and the spec fields only our worker understands.
+ENTRY_KINDS: tuple[str, ...] = ("script", "module", "command")
+WORKER_ONLY_FIELDS: tuple[str, ...] = (
+    "task", "task_module", "num_envs", "max_iterations", "total_env_steps", "overrides", "resume",
+    "checkpoint_interval",
+)  # fmt: skip
+
 INPUT_FIELDS: tuple[str, ...] = tuple(name for name in RunSpec.model_fields if name != "min_nnodes")
 
 FIELDS: tuple[str, ...] = (

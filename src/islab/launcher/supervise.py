@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from islab.launcher.console import ConsolePolicy, RunView, finish, resume_command
+from islab.launcher.entrypoint import RankLogWriter, events_reader
 from islab.launcher.plan import LaunchPlan
 from islab.launcher.processes import watch
 from islab.launcher.skrl_jax import SkrlJaxNode
@@ -67,16 +68,25 @@ def run_plan(
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     options = console or ConsoleOptions()
+    runner = NODE_RUNNERS[plan.launcher](plan, node)
+    on_line, logs, reader = runner.observe, None, None
+    if plan.entrypoint:  # a user's script: we write its rank logs and read its TensorBoard events
+        logs = RankLogWriter(plan.run_dir, getattr(runner, "first_rank", None))
+        reader = events_reader(plan.events_root or plan.run_dir, plan.events_library, plan.events_not_before)
+
+        def on_line(rank: int | None, line: str) -> None:
+            logs(rank, line)
+            runner.observe(rank, line)
+
     view = RunView(
         plan.run_dir, out, live=options.live, progress=options.progress, note=options.note,
-        interval_s=options.interval_s,
+        interval_s=options.interval_s, reader=reader, last_line=logs and (lambda: logs.rank0_last),
     )  # fmt: skip
-    runner = NODE_RUNNERS[plan.launcher](plan, node)
     try:
         outcome = watch(
             runner.children(), grace_s=grace_s, out=out, err=err, view=view,
             policy=ConsolePolicy(all_ranks=options.all_ranks), fail_fast=runner.fail_fast,
-            on_line=runner.observe, overdue=runner.overdue,
+            on_line=on_line, overdue=runner.overdue,
         )  # fmt: skip
         if outcome.received is not None:
             # one quiet line instead of the ranks' and torchrun's tracebacks (silenced by watch)
@@ -88,6 +98,8 @@ def run_plan(
     finally:
         view.close()
         runner.close()
+        if logs is not None:
+            logs.close()
     if status == 0 and options.progress:
         finish(plan.run_dir, out, tty=options.live, resume=resume_command(plan.run_dir), records=view.records)
     elif options.progress:

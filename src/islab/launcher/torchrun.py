@@ -92,8 +92,10 @@ def node_argv(
             "--master_port", derived["rendezvous.master_port"],
             "--rdzv_conf", f"timeout={timeout}",
         ]  # fmt: skip
-    argv += ["--max_restarts", str(spec.max_restarts), "-m", WORKER_MODULE]
-    return (*argv, *worker)
+    argv += ["--max_restarts", str(spec.max_restarts)]
+    if spec.entrypoint is not None:  # the user's entry point: `worker` is plan.entry_argv's PATH/-m/--no-python ...
+        return (*argv, *worker)
+    return (*argv, "-m", WORKER_MODULE, *worker)
 
 
 def with_c10d_node_facts(
@@ -155,6 +157,9 @@ def nproc_of(argv: Sequence[str]) -> int:
 # ----------------------------------------------------------------------------------------------
 
 
+_PEER_LOST = re.compile(r"Connection closed by peer|Connection reset by peer|remote worker crashing", re.IGNORECASE)
+
+
 def error_file_failures(log_dir: str | Path) -> list[tuple[int, str]]:
     """(local rank, exception line) for every rank that left an ``error.json`` in torchrun's latest
     attempt under ``log_dir``, the earliest failure first (the files' timestamps, then the rank)."""
@@ -179,7 +184,10 @@ def error_file_failures(log_dir: str | Path) -> list[tuple[int, str]]:
             text, stamp = str(message or ""), data.get("timestamp", 0) if isinstance(data, dict) else 0
         with contextlib.suppress(ValueError, TypeError):
             found.append((int(stamp), local_rank, text.strip().splitlines()[0] if text.strip() else ""))
-    return [(local_rank, text) for _, local_rank, text in sorted(found)]
+    # A rank that only lost its peer (gloo's "Connection closed by peer") is a consequence, never the
+    # root cause; error-file timestamps are whole seconds, so the ranks often tie on them.
+    found.sort(key=lambda item: (bool(_PEER_LOST.search(item[2])), item[0], item[1]))
+    return [(local_rank, text) for _, local_rank, text in found]
 
 
 def torchrun_failures(lines: Iterable[str]) -> list[tuple[int, int]]:
