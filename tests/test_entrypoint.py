@@ -175,32 +175,6 @@ def test_isaaclab_fixture_trains_on_two_ranks_shows_its_reward_and_names_a_faili
     assert error and "rank 1 with RuntimeError: fixture failure injected on rank 1" in error[-1], bad.stderr[-3000:]
 
 
-def _readme_commands(*titles: str) -> list[list[str]]:
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    commands = []
-    for title in titles:
-        section = text.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
-        block = section.split("```bash\n", 1)[1].split("```", 1)[0]
-        commands += [shlex.split(line) for line in block.splitlines() if line.startswith("islab-train ")]
-    return commands
-
-
-@pytest.mark.usefixtures("clean_environment")
-def test_readme_bring_your_own_commands_dry_run(islab, monkeypatch):
-    """Every command of README's "Use your own script", "Use it with Isaac Lab" and "Use it with mjlab" sections plans
-    (dry run; ~/IsaacLab stands for the fixture tree)."""
-    monkeypatch.chdir(Path(__file__).resolve().parents[1])
-    commands = _readme_commands("Use your own script", "Use it with Isaac Lab", "Use it with mjlab")
-    assert len(commands) == 8
-    for argv in commands:
-        args = [str(TREE) if arg == "~/IsaacLab" else arg for arg in argv[1:]]
-        if "--dry-run" not in args:
-            cut = args.index("--") if "--" in args else len(args)
-            args.insert(cut, "--dry-run")
-        code, out, err = islab(*args)
-        assert code == 0 and "# node 0" in out, (argv, err)
-
-
 @pytest.mark.usefixtures("clean_environment")
 def test_mjlab_preset_maps_options_to_mjlab_train(islab):
     mj = ("--mjlab", "--task", "Mjlab-Cartpole-Balance", "--num-envs", "8", "--max-iterations", "2", "--seed", "5")
