@@ -12,6 +12,8 @@ import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from pydantic_core import PydanticCustomError
+
 from islab.launcher.text import escape
 
 SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
@@ -55,3 +57,13 @@ def is_secret_name(name: str) -> bool:
 def mask_env(env: Mapping[str, str]) -> dict[str, str]:
     """A copy of ``env`` fit for printing: secret-looking values replaced by ``****``."""
     return {name: (SECRET_MASK if is_secret_name(name) else value) for name, value in env.items()}
+
+
+def rule(field_name: str, problem: str, fix: str, *, given_by: str | None = None) -> PydanticCustomError:
+    """A validation failure that already speaks human: field, problem and fix travel in ctx.
+    ``given_by`` names another field whose origin (``--max-iterations``, ``cpu.yaml: ...``) the
+    message should add, since only :func:`islab.launcher.resolve.resolve_spec` knows where values came from."""
+    ctx = {"field": field_name, "problem": problem, "fix": fix}
+    if given_by is not None:
+        ctx["given_by"] = given_by
+    return PydanticCustomError("spec_rule", "{problem}", ctx)

@@ -35,10 +35,10 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
 
 from islab.launcher.addresses import is_valid_host, split_host_port
-from islab.launcher.issues import mask_env, suggest
+from islab.launcher.issues import mask_env, rule, suggest
+from islab.launcher.launch_rules import check_jax, check_torchrun
 from islab.launcher.text import unsafe_character
 from islab.libs.registry import LIBRARIES, ML_FRAMEWORKS, frameworks_of, launcher_of
 from islab.tasks import TASKS
@@ -86,17 +86,6 @@ RESERVED_ENV = frozenset(
 # ----------------------------------------------------------------------------------------------
 
 
-def _rule(field_name: str, problem: str, fix: str, *, given_by: str | None = None) -> PydanticCustomError:
-    """A validation failure that already speaks human: field, problem and fix travel in ctx.
-    ``given_by`` names another field whose origin (``--max-iterations``, ``cpu.yaml: ...``) the
-    message should add, since only :func:`resolve_spec` knows where values came from."""
-    ctx = {"field": field_name, "problem": problem, "fix": fix}
-    if given_by is not None:
-        ctx["given_by"] = given_by
-    return PydanticCustomError("spec_rule", "{problem}", ctx)
-
-
-
 Count = Annotated[StrictInt, Field(ge=1)]
 NonNegative = Annotated[StrictInt, Field(ge=0)]
 Port = Annotated[StrictInt, Field(ge=1, le=65535)]
@@ -108,7 +97,7 @@ def _host_port(field_name: str, value: str | None, fix: str) -> str | None:
         try:
             split_host_port(value)
         except ValueError as reason:
-            raise _rule(field_name, f"{value!r} is not host:port ({reason})", fix) from None
+            raise rule(field_name, f"{value!r} is not host:port ({reason})", fix) from None
     return value
 
 
@@ -132,7 +121,7 @@ class Rendezvous(_Frozen):
     @classmethod
     def _host(cls, value: str | None) -> str | None:
         if value is not None and not is_valid_host(value):
-            raise _rule(
+            raise rule(
                 "rendezvous.master_addr",
                 f"{value!r} is not a valid host name or IP address",
                 "Give node 0's address, e.g. 10.0.0.1 or node0.cluster (no spaces or shell characters)",
@@ -148,7 +137,7 @@ class Rendezvous(_Frozen):
     @classmethod
     def _rdzv_id(cls, value: str | None) -> str | None:
         if value is not None and not RUN_NAME_PATTERN.fullmatch(value):
-            raise _rule(
+            raise rule(
                 "rendezvous.id",
                 f"{value!r} contains characters other than letters, digits, '.', '_' and '-'",
                 "Use a plain job id such as job-42",
@@ -209,7 +198,7 @@ class RunSpec(_Frozen):
         if not isinstance(data, Mapping):
             return data
         if "min_nnodes" in data:
-            raise _rule(
+            raise rule(
                 "min_nnodes",
                 "is not a key of the spec",
                 'Write an elastic node count as nnodes: "MIN:MAX" (quoted in YAML), or --nnodes MIN:MAX',
@@ -219,16 +208,16 @@ class RunSpec(_Frozen):
             return data
         low_high = parse_node_range(value)
         if low_high is None:
-            raise _rule(
+            raise rule(
                 "nnodes",
                 f"{value!r} is neither a whole number nor MIN:MAX",
                 "Give the number of nodes, e.g. 2, or MIN:MAX such as 1:2 for elastic membership (c10d)",
             )
         low, high = low_high
         if low < 1 or high < 1:
-            raise _rule("nnodes", f"{value!r}: MIN and MAX must both be at least 1", "Use e.g. 1:2")
+            raise rule("nnodes", f"{value!r}: MIN and MAX must both be at least 1", "Use e.g. 1:2")
         if low > high:
-            raise _rule("nnodes", f"{value!r}: MIN is larger than MAX", f"Write it as {high}:{low}")
+            raise rule("nnodes", f"{value!r}: MIN is larger than MAX", f"Write it as {high}:{low}")
         return {**data, "nnodes": high, "min_nnodes": low if low < high else None}
 
     @model_validator(mode="before")
@@ -237,7 +226,7 @@ class RunSpec(_Frozen):
         """``total_env_steps`` decides the iterations, so an explicit ``max_iterations`` (a key that
         is present at all: defaults are not) contradicts it."""
         if isinstance(data, Mapping) and data.get("total_env_steps") is not None and "max_iterations" in data:
-            raise _rule(
+            raise rule(
                 "total_env_steps",
                 "is a sample budget for the whole job and decides the number of iterations, so it cannot be "
                 "combined with max_iterations",
@@ -266,7 +255,7 @@ class RunSpec(_Frozen):
     def _known_task(cls, value: str) -> str:
         if value not in TASKS:
             hint = suggest(value, list(TASKS))
-            raise _rule(
+            raise rule(
                 "task",
                 f"unknown task {value!r}",
                 f"{hint + ' ' if hint else ''}Known tasks: {', '.join(TASKS)}",
@@ -277,7 +266,7 @@ class RunSpec(_Frozen):
     @classmethod
     def _task_module(cls, value: str | None) -> str | None:
         if value is not None and not MODULE_PATTERN.fullmatch(value):
-            raise _rule(
+            raise rule(
                 "task_module",
                 f"{value!r} is not a module name",
                 "Give a dotted module name such as my_tasks.reach (not a file path), importable from the working "
@@ -289,7 +278,7 @@ class RunSpec(_Frozen):
     @classmethod
     def _run_name(cls, value: str | None) -> str | None:
         if value is not None and (not RUN_NAME_PATTERN.fullmatch(value) or value in {".", ".."}):
-            raise _rule(
+            raise rule(
                 "run_name",
                 f"{value!r} may only contain letters, digits, '.', '_' and '-'",
                 "Pick a name like baseline_2gpu (it becomes part of a directory name)",
@@ -302,7 +291,7 @@ class RunSpec(_Frozen):
         if value is None and info.field_name == "resume":
             return value
         if not value or unsafe_character(value):
-            raise _rule(
+            raise rule(
                 info.field_name,
                 f"{value!r} is empty or contains a line break or control character",
                 "Give a plain path",
@@ -324,13 +313,13 @@ class RunSpec(_Frozen):
         converted: dict[Any, Any] = {}
         for name, item in value.items():
             if isinstance(item, bool) or not isinstance(item, str | int | float):
-                raise _rule(
+                raise rule(
                     f"env.{name}",
                     f"expected a text value, got {item!r} ({type(item).__name__})",
                     'Quote it, e.g. NCCL_DEBUG: "INFO" or FLAG: "1"',
                 )
             if unsafe_character(str(item)):
-                raise _rule(
+                raise rule(
                     f"env.{name}",
                     f"{str(item)!r} contains {unsafe_character(str(item))}, a line break or control character",
                     "Give a one-line value without escape codes",
@@ -343,13 +332,13 @@ class RunSpec(_Frozen):
     def _env_names(cls, value: Mapping[str, str]) -> Mapping[str, str]:
         for name in value:
             if not ENV_NAME_PATTERN.fullmatch(name):
-                raise _rule(
+                raise rule(
                     f"env.{name}",
                     "is not a valid environment variable name",
                     "Use letters, digits and '_' only, not starting with a digit",
                 )
             if name in RESERVED_ENV:
-                raise _rule(
+                raise rule(
                     f"env.{name}",
                     "is set per rank by the launcher and cannot be overridden",
                     "Remove it from env",
@@ -361,13 +350,13 @@ class RunSpec(_Frozen):
     def _overrides(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for item in value:
             if unsafe_character(item):
-                raise _rule(
+                raise rule(
                     "overrides",
                     f"{item!r} contains {unsafe_character(item)}, a line break or control character",
                     "Write each override as one line, dotted.key=value",
                 )
             if not OVERRIDE_PATTERN.match(item):
-                raise _rule(
+                raise rule(
                     "overrides",
                     f"{item!r} is not key=value",
                     "Write agent-config overrides as dotted.key=value, e.g. algorithm.learning_rate=0.0003",
@@ -381,21 +370,21 @@ class RunSpec(_Frozen):
             return value
         kinds = list(value)
         if len(kinds) != 1 or kinds[0] not in ENTRY_KINDS:
-            raise _rule(
+            raise rule(
                 "entrypoint",
                 f"needs exactly one of {', '.join(ENTRY_KINDS)}, got {', '.join(map(str, kinds)) or 'nothing'}",
                 "Write e.g. entrypoint: {script: train.py} (or --script PATH / --module NAME / --command NAME)",
             )
         name = value[kinds[0]]
         if not isinstance(name, str) or not name.strip() or any(ch in name for ch in "\n\r\0"):
-            raise _rule(f"entrypoint.{kinds[0]}", f"{name!r} is empty or not one line of text", "Give a path or name")
+            raise rule(f"entrypoint.{kinds[0]}", f"{name!r} is empty or not one line of text", "Give a path or name")
         return {kinds[0]: name}
 
     @field_validator("args")
     @classmethod
     def _args(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         if any("\0" in arg for arg in value):
-            raise _rule("args", "an argument contains a NUL character", "Remove it")
+            raise rule("args", "an argument contains a NUL character", "Remove it")
         return value
 
     @field_serializer("entrypoint")
@@ -412,7 +401,7 @@ class RunSpec(_Frozen):
     def _cross_field_rules(self) -> RunSpec:
         rdzv = self.rendezvous
         if self.node_rank is not None and self.node_rank >= self.nnodes:
-            raise _rule(
+            raise rule(
                 "node_rank",
                 f"{self.node_rank} is outside [0, {self.nnodes}) for nnodes={self.nnodes}",
                 f"Pass --node-rank between 0 and {self.nnodes - 1} on each node",
@@ -420,7 +409,7 @@ class RunSpec(_Frozen):
         launcher = launcher_of(self.lib, self.ml_framework)  # None: the library lacks that framework
         if self.elastic and (launcher != "torchrun" or rdzv.backend != "c10d"):
             fixed = "the static rendezvous" if launcher == "torchrun" else "skrl's JAX launcher"
-            raise _rule(
+            raise rule(
                 "nnodes",
                 f"{self.nnodes_text} (elastic membership) needs torchrun's c10d rendezvous, but "
                 f"{fixed} needs a fixed number of nodes",
@@ -429,99 +418,28 @@ class RunSpec(_Frozen):
             )
         if launcher is None:
             having = [lib for lib in LIBRARIES if self.ml_framework in frameworks_of(lib)]
-            raise _rule(
+            raise rule(
                 "ml_framework",
                 f"{self.ml_framework} only works with {', '.join(having)}, not {self.lib}",
                 f"Use --lib {having[0]} --ml-framework {self.ml_framework}, or --ml-framework torch",
             )
         if launcher == "skrl-jax" and self.entrypoint is not None and "script" not in self.entrypoint:
-            raise _rule(
+            raise rule(
                 "entrypoint",
                 "skrl's JAX launcher runs a script file (python -m skrl.utils.distributed.jax ... PATH ARGS)",
                 "Use --script PATH with --lib skrl --ml-framework jax",
             )
         if launcher == "skrl-jax":
-            self._check_jax(rdzv)
+            check_jax(self)
         else:
             if self.coordinator_address is not None:
-                raise _rule(
+                raise rule(
                     "coordinator_address",
                     f"only applies to skrl with JAX, not {self.lib} with {self.ml_framework}",
                     "For torchrun use --master-addr/--master-port (static) or --rdzv-endpoint (c10d)",
                 )
-            self._check_torchrun(rdzv)
+            check_torchrun(self)
         return self
-
-    def _check_jax(self, rdzv: Rendezvous) -> None:
-        if self.coordinator_address is not None and self.coordinator_address.startswith("["):
-            # skrl's launcher (the printed command) splits the address on ':' and skrl joins
-            # JAX_COORDINATOR_ADDR + ':' + port, so an IPv6 literal cannot reach jax.distributed
-            # intact on every path; refuse it rather than hang at the rendezvous.
-            raise _rule(
-                "coordinator_address",
-                f"{self.coordinator_address!r} is an IPv6 address, which skrl's JAX launcher cannot pass on "
-                "(it splits the address on ':')",
-                "Give node 0's IPv4 address or host name, e.g. 10.0.0.1:5000 (torchrun's --master-addr and "
-                "--rdzv-endpoint do accept IPv6)",
-            )
-        torchrun_only = {
-            "rendezvous.backend": rdzv.backend != "static",
-            "rendezvous.master_addr": rdzv.master_addr is not None,
-            "rendezvous.master_port": rdzv.master_port is not None,
-            "rendezvous.endpoint": rdzv.endpoint is not None,
-            "rendezvous.id": rdzv.id is not None,
-            "max_restarts": self.max_restarts > 0,
-        }
-        for name, given in torchrun_only.items():
-            if given:
-                raise _rule(
-                    name,
-                    "is a torchrun option; skrl with JAX is launched by skrl's JAX launcher",
-                    "Remove it; give node 0's address with --coordinator-address host:port instead",
-                )
-        if self.nnodes > 1 and self.coordinator_address is None:
-            raise _rule(
-                "coordinator_address",
-                f"a {self.nnodes}-node JAX run needs node 0's coordinator address",
-                "Pass --coordinator-address <node0-host>:<port> (the same on every node)",
-            )
-
-    def _check_torchrun(self, rdzv: Rendezvous) -> None:
-        if rdzv.backend == "static":
-            for name, value, fix in (
-                ("rendezvous.endpoint", rdzv.endpoint, "use --master-addr/--master-port"),
-                ("rendezvous.id", rdzv.id, "remove it"),
-            ):
-                if value is not None:
-                    raise _rule(
-                        name,
-                        "only applies to the c10d rendezvous",
-                        f"Add --rdzv-backend c10d, or {fix}",
-                    )
-            if self.nnodes > 1 and rdzv.master_addr is None:
-                raise _rule(
-                    "rendezvous.master_addr",
-                    f"a {self.nnodes}-node static rendezvous needs node 0's address",
-                    "Pass --master-addr <node0-host> (and --master-port) on every node, "
-                    "or use --rdzv-backend c10d --rdzv-endpoint host:port",
-                )
-        else:
-            for name, value in (
-                ("rendezvous.master_addr", rdzv.master_addr),
-                ("rendezvous.master_port", rdzv.master_port),
-            ):
-                if value is not None:
-                    raise _rule(
-                        name,
-                        "only applies to the static rendezvous; c10d uses the endpoint",
-                        "Use --rdzv-endpoint host:port instead",
-                    )
-            if self.nnodes > 1 and rdzv.endpoint is None:
-                raise _rule(
-                    "rendezvous.endpoint",
-                    f"a {self.nnodes}-node c10d rendezvous needs an endpoint every node can reach",
-                    "Pass --rdzv-endpoint <host>:<port> (and --rdzv-id) on every node",
-                )
 
     def to_plain(self) -> dict[str, Any]:
         """A plain dict (YAML/JSON-ready) of the spec with secret-looking env values masked."""

@@ -1,0 +1,88 @@
+"""The rules of each launcher, checked by :class:`~islab.launcher.spec.RunSpec` once the fields
+are valid on their own: which rendezvous options torchrun's static and c10d rendezvous take, and
+what skrl's JAX launcher (a coordinator address instead of a rendezvous) allows."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from islab.launcher.issues import rule
+
+if TYPE_CHECKING:
+    from islab.launcher.spec import RunSpec
+
+
+def check_jax(spec: RunSpec) -> None:
+    """What a spec launched by skrl's JAX launcher may not say (torchrun's options) and must say."""
+    rdzv = spec.rendezvous
+    if spec.coordinator_address is not None and spec.coordinator_address.startswith("["):
+        # skrl's launcher (the printed command) splits the address on ':' and skrl joins
+        # JAX_COORDINATOR_ADDR + ':' + port, so an IPv6 literal cannot reach jax.distributed
+        # intact on every path; refuse it rather than hang at the rendezvous.
+        raise rule(
+            "coordinator_address",
+            f"{spec.coordinator_address!r} is an IPv6 address, which skrl's JAX launcher cannot pass on "
+            "(it splits the address on ':')",
+            "Give node 0's IPv4 address or host name, e.g. 10.0.0.1:5000 (torchrun's --master-addr and "
+            "--rdzv-endpoint do accept IPv6)",
+        )
+    torchrun_only = {
+        "rendezvous.backend": rdzv.backend != "static",
+        "rendezvous.master_addr": rdzv.master_addr is not None,
+        "rendezvous.master_port": rdzv.master_port is not None,
+        "rendezvous.endpoint": rdzv.endpoint is not None,
+        "rendezvous.id": rdzv.id is not None,
+        "max_restarts": spec.max_restarts > 0,
+    }
+    for name, given in torchrun_only.items():
+        if given:
+            raise rule(
+                name,
+                "is a torchrun option; skrl with JAX is launched by skrl's JAX launcher",
+                "Remove it; give node 0's address with --coordinator-address host:port instead",
+            )
+    if spec.nnodes > 1 and spec.coordinator_address is None:
+        raise rule(
+            "coordinator_address",
+            f"a {spec.nnodes}-node JAX run needs node 0's coordinator address",
+            "Pass --coordinator-address <node0-host>:<port> (the same on every node)",
+        )
+
+def check_torchrun(spec: RunSpec) -> None:
+    """The static and c10d rendezvous each take their own options, and several nodes need a meeting point."""
+    rdzv = spec.rendezvous
+    if rdzv.backend == "static":
+        for name, value, fix in (
+            ("rendezvous.endpoint", rdzv.endpoint, "use --master-addr/--master-port"),
+            ("rendezvous.id", rdzv.id, "remove it"),
+        ):
+            if value is not None:
+                raise rule(
+                    name,
+                    "only applies to the c10d rendezvous",
+                    f"Add --rdzv-backend c10d, or {fix}",
+                )
+        if spec.nnodes > 1 and rdzv.master_addr is None:
+            raise rule(
+                "rendezvous.master_addr",
+                f"a {spec.nnodes}-node static rendezvous needs node 0's address",
+                "Pass --master-addr <node0-host> (and --master-port) on every node, "
+                "or use --rdzv-backend c10d --rdzv-endpoint host:port",
+            )
+    else:
+        for name, value in (
+            ("rendezvous.master_addr", rdzv.master_addr),
+            ("rendezvous.master_port", rdzv.master_port),
+        ):
+            if value is not None:
+                raise rule(
+                    name,
+                    "only applies to the static rendezvous; c10d uses the endpoint",
+                    "Use --rdzv-endpoint host:port instead",
+                )
+        if spec.nnodes > 1 and rdzv.endpoint is None:
+            raise rule(
+                "rendezvous.endpoint",
+                f"a {spec.nnodes}-node c10d rendezvous needs an endpoint every node can reach",
+                "Pass --rdzv-endpoint <host>:<port> (and --rdzv-id) on every node",
+            )
