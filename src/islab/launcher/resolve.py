@@ -30,10 +30,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from islab import isaaclab_preset
 from islab.agent_config import AgentConfigError, load_agent_config
 from islab.budget import rollout_length
 from islab.launcher.issues import Issue, SpecError, suggest
+from islab.launcher.presets import apply_isaaclab, apply_mjlab, refuse_worker_only
 from islab.launcher.resumed import frozen_field_issue, run_dir_of, stored_layer
 from islab.launcher.spec import (
     CHOICES,
@@ -41,7 +41,6 @@ from islab.launcher.spec import (
     FIELDS,
     INPUT_FIELDS,
     MODULE_PATTERN,
-    WORKER_ONLY_FIELDS,
     Rendezvous,
     RunSpec,
 )
@@ -217,11 +216,11 @@ def resolve_spec(
             origins[name] = provided.origin
 
     if merged.get("mjlab"):
-        _apply_mjlab(merged, sources, origins)
+        apply_mjlab(merged, sources, origins)
     if merged.get("isaaclab") is not None:
-        _apply_isaaclab(merged, sources, origins)
+        apply_isaaclab(merged, sources, origins)
     if merged.get("entrypoint") is not None:
-        _refuse_worker_only(merged, origins)
+        refuse_worker_only(merged, origins)
     if merged.get("task_module") is not None:
         _announce_task_module(merged["task_module"], origins)
     # The default number of environments belongs to the task, so it is filled after merging.
@@ -283,89 +282,6 @@ def _shared_field_issue(
                 f"Change it in {file_layer[name].origin.split(':')[0]} for all nodes, or drop the option",
             )
     return None
-
-
-def _preset_issue(field: str, text: str) -> Issue:
-    problem, _, fix = text.partition(". ")
-    return Issue(field, problem, fix or "See islab-train --help")
-
-
-def _apply_isaaclab(merged: dict[str, Any], sources: dict[str, Source], origins: dict[str, str]) -> None:
-    """``--isaaclab DIR``: the entry point becomes Isaac Lab's ``<lib>/train.py`` (see
-    :mod:`islab.isaaclab_preset`), the preset mapping --task/--num-envs/--seed/--max-iterations to
-    its flags and adding --headless --distributed; the user's ``--`` arguments follow."""
-    label = origins.get("isaaclab", "isaaclab")
-    if merged.get("entrypoint") is not None:
-        raise SpecError(Issue(label, "already names the entry point (Isaac Lab's train.py)",
-                              f"Drop {origins.get('entrypoint', 'entrypoint')} or the preset"))  # fmt: skip
-    directory, lib = str(merged["isaaclab"]), str(merged.get("lib", "rsl_rl"))
-    framework = str(merged.get("ml_framework", "torch"))
-    problem = isaaclab_preset.preset_problem(directory, lib, framework)
-    if problem:
-        raise SpecError(_preset_issue(label, problem))
-    task = merged.pop("task", None)
-    if task is None:
-        raise SpecError(Issue("task", "--isaaclab needs an Isaac Lab task id", "Add e.g. --task Isaac-Cartpole-v0"))
-    problem = isaaclab_preset.unknown_task_problem(str(task), directory)
-    if problem:
-        raise SpecError(_preset_issue(origins.get("task", "task"), problem))
-    entry = isaaclab_preset.isaaclab_entry(
-        directory, lib, framework, task=str(task), num_envs=merged.pop("num_envs", None),
-        seed=merged.get("seed"), max_iterations=merged.pop("max_iterations", None),
-        # AppLauncher defaults to cuda:0: CPU ranks must say so (the user's flags after -- come last and win)
-        extra_args=(*(["--device", "cpu"] if merged.get("device") == "cpu" else []), *(merged.get("args") or ())),
-    )  # fmt: skip
-    merged["entrypoint"], merged["args"] = {"script": str(entry.script)}, entry.args
-    for name in ("entrypoint", "args"):
-        sources[name], origins[name] = sources["isaaclab"], label
-
-
-def _apply_mjlab(merged: dict[str, Any], sources: dict[str, Source], origins: dict[str, str]) -> None:
-    """``--mjlab``: mjlab's own ``train`` console script (mjlab 1.6). It spawns its ranks itself
-    (torchrunx, from ``--gpu-ids``), so islab-train starts ONE process on one node: ``--gpus N`` ->
-    ``--gpu-ids [0,...,N-1]`` (indices into CUDA_VISIBLE_DEVICES), ``--device cpu`` -> ``--gpu-ids None``
-    (one process: mjlab's rsl_rl joins NCCL only). --num-envs/--max-iterations/--seed map to
-    ``--env.scene.num-envs``/``--agent.max-iterations``/``--agent.seed``; TensorBoard unless chosen."""
-    label = origins.get("mjlab", "mjlab")
-    if merged.get("entrypoint") is not None or merged.get("isaaclab") is not None:
-        raise SpecError(Issue(label, "already names the entry point (mjlab's train)", "Use one preset or entry point"))
-    if int(merged.get("nnodes", 1) if str(merged.get("nnodes", 1)).isdigit() else 2) > 1:
-        fix = "For several nodes train the mjlab task with islab's worker (--task <mjlab id>)"
-        raise SpecError(Issue(label, "mjlab's train spawns its ranks on one node only", fix))
-    task = merged.pop("task", None)
-    if task is None:
-        raise SpecError(Issue("task", "--mjlab needs an mjlab task id", "Add e.g. --task Mjlab-Cartpole-Balance"))
-    nproc = int(merged.get("nproc_per_node", 1))
-    gpu_ids = "None" if merged.get("device") == "cpu" else "[" + ",".join(str(i) for i in range(nproc)) + "]"
-    user = list(merged.get("args") or ())
-    args = [str(task), "--gpu-ids", gpu_ids]
-    for name, flag in (("num_envs", "--env.scene.num-envs"), ("max_iterations", "--agent.max-iterations")):
-        value = merged.pop(name, None)
-        if value is not None:
-            args += [flag, str(value)]
-    if merged.get("seed") is not None:
-        args += ["--agent.seed", str(merged["seed"])]
-    if not any(arg.startswith("--agent.logger") for arg in user):
-        args += ["--agent.logger", "tensorboard"]
-    merged["entrypoint"], merged["args"], merged["nproc_per_node"] = {"command": "train"}, (*args, *user), 1
-    for name in ("entrypoint", "args"):
-        sources[name], origins[name] = sources["mjlab"], label
-
-
-def _refuse_worker_only(merged: Mapping[str, Any], origins: Mapping[str, str]) -> None:
-    """Options only our worker understands mean nothing to a script of the user's: refuse them
-    rather than drop them silently (the script's own flags go after ``--``)."""
-    given = [name for name in WORKER_ONLY_FIELDS if merged.get(name) not in (None, (), [])]
-    if given:
-        labels = ", ".join(origins.get(name, name) for name in given)
-        raise SpecError(
-            Issue(
-                origins.get(given[0], given[0]),
-                f"{labels} {'applies' if len(given) == 1 else 'apply'} only to islab's own worker, "
-                "not to your entry point",
-                "Drop them and pass your script's own flags after --, e.g. -- --num_envs 64",
-            )
-        )
 
 
 def _announce_task_module(module: Any, origins: Mapping[str, str]) -> None:
