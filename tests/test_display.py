@@ -196,7 +196,8 @@ def test_failure_names_the_rank_and_quotes_its_log(tmp_path):
     latest_checkpoint(plan.run_dir).parent.mkdir(parents=True, exist_ok=True)
     latest_checkpoint(plan.run_dir).write_bytes(b"ck")
     code, out, err = run(plan, all_ranks=False)  # with a checkpoint, the failure says how to go on
-    assert code == 1 and err.endswith(f"to resume this run:\n  islab-train --resume {os.path.abspath(plan.run_dir)}\n")
+    assert code == 1 and f"to resume this run:\n  islab-train --resume {os.path.abspath(plan.run_dir)}\n" in err
+    assert err.rstrip().splitlines()[-1].startswith("error: ") and "rank 1" in err.splitlines()[-1], err  # still last
 
 
 def test_curves_keep_the_last_record_of_a_redone_iteration(tmp_path, monkeypatch):

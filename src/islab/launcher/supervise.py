@@ -19,6 +19,7 @@ the one poll loop of :mod:`islab.launcher.processes`:
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import sys
@@ -82,6 +83,7 @@ def run_plan(
         plan.run_dir, out, live=options.live, progress=options.progress, note=options.note,
         interval_s=options.interval_s, reader=reader, last_line=logs and (lambda: logs.rank0_last),
     )  # fmt: skip
+    explanation = io.StringIO()
     try:
         outcome = watch(
             runner.children(), grace_s=grace_s, out=out, err=err, view=view,
@@ -94,7 +96,7 @@ def run_plan(
             err.write(f"islab-train: stopped by {name}; run directory: {os.path.abspath(plan.run_dir)}\n")
             status = 128 + outcome.received
         else:
-            status = runner.explain(outcome, err, all_ranks=options.all_ranks)
+            status = runner.explain(outcome, explanation, all_ranks=options.all_ranks)
     finally:
         view.close()
         runner.close()
@@ -104,6 +106,8 @@ def run_plan(
         finish(plan.run_dir, out, tty=options.live, resume=resume_command(plan.run_dir), records=view.records)
     elif options.progress:
         _resume_hint(plan.run_dir, err)
+    # A failure's message (rank, node, log, exception) stays the last line, after the resume hint.
+    err.write(explanation.getvalue())
     return status
 
 
