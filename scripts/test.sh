@@ -18,7 +18,7 @@ if [ "$job" = all ] || [ "$job" = mjlab ]; then
     ISLAB_EXTRAS=mjlab bash scripts/setup.sh
     # Warp compiles mjlab's kernels once per job (Go1: ~25 s on CPU), then reads them from here.
     ISLAB_TEST_JOB=mjlab WARP_CACHE_PATH=${WARP_CACHE_PATH:-$PWD/.venv-mjlab/warp-cache} \
-        .venv-mjlab/bin/python -m pytest "$@" tests/test_mjlab.py tests/test_lib_rsl_rl.py tests/test_resume.py \
+        .venv-mjlab/bin/python -m pytest "$@" tests/test_mjlab.py tests/test_entrypoint.py tests/test_lib_rsl_rl.py tests/test_resume.py \
         -k "mjlab or rsl_rl" || status=$?
 fi
 exit "$status"
