@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_resume import PATHS  # the four library paths, skrl-JAX only where jax is installed
 
 from islab.tasks import TASKS, agent_config_path
 
@@ -43,15 +44,6 @@ G1 = "Mjlab-Velocity-Flat-Unitree-G1"
 MJLAB_TASKS = [CARTPOLE, GO1, G1]
 ISLAB_TRAIN = [sys.executable, "-m", "islab.cli"]
 
-PATHS = [
-    pytest.param("rsl_rl", "torch", id="rsl_rl"),
-    pytest.param("rl_games", "torch", id="rl_games"),
-    pytest.param("skrl", "torch", id="skrl-torch"),
-    pytest.param(
-        "skrl", "jax", id="skrl-jax",
-        marks=pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed"),
-    ),
-]  # fmt: skip
 
 
 def test_mjlab_tasks_are_registered_listed_and_refused_without_mjlab(islab, monkeypatch) -> None:

@@ -27,7 +27,8 @@ its library's update loop the buffer is filled and read.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -86,3 +87,33 @@ def all_reduce_float64(parts: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         out.append(flat[offset : offset + part.numel()].view(part.shape))
         offset += part.numel()
     return out
+
+
+class PrefetchedBatches:
+    """A normalizer's statistics for one update's batches, collected for the whole update in one
+    collective before it starts (fused sync). Each normalizer update then takes the next entry --
+    cyclically, since the libraries feed the same minibatches in every epoch -- after checking that
+    the entry's local part is exactly what this update computes, so a change in the library's
+    order of updates fails loudly instead of mixing statistics."""
+
+    def __init__(self, library: str) -> None:
+        self.library = library
+        self.entries: list[tuple[Any, Any]] = []
+        self.cursor = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.entries)
+
+    def reset(self) -> None:
+        self.entries, self.cursor = [], 0
+
+    def add(self, local: Any, collected: Any) -> None:
+        self.entries.append((local, collected))
+
+    def take(self, local: Any, equal: Callable[[Any, Any], bool]) -> Any:
+        """The collected statistics of the update whose local part is ``local``."""
+        expected, collected = self.entries[self.cursor % len(self.entries)]
+        self.cursor += 1
+        if not equal(local, expected):
+            raise RuntimeError(f"islab: fused normalizer sync out of step with {self.library}'s updates")
+        return collected

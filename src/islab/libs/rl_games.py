@@ -270,11 +270,11 @@ class RankAwareA2CAgent(A2CAgent):
         updates = [(norm, x) for norm, x in updates if isinstance(norm, GlobalRunningMeanStd)]
         parts = []
         for norm, x in updates:
-            norm.prefetched, norm.cursor = [], 0
+            norm.prefetched.reset()
             # RunningMeanStd.forward's own moments of the batch (axis 0, population variance)
             parts.append(packed_moments(x.mean(norm.axis), x.var(norm.axis, unbiased=False), x.size(0)))
         for (norm, _), local, summed in zip(updates, parts, all_reduce_float64(parts), strict=True):
-            norm.prefetched.append((local, summed))
+            norm.prefetched.add(local, summed)
 
     def checkpoint_state(self) -> dict[str, Any]:
         state = self.get_full_state_weights()

@@ -16,6 +16,8 @@ import torch
 import torch.distributed as dist
 from rl_games.algos_torch.running_mean_std import RunningMeanStd
 
+from islab.libs.fused_sync import PrefetchedBatches
+
 
 def packed_moments(batch_mean: torch.Tensor, batch_var: torch.Tensor, batch_count: int) -> torch.Tensor:
     """``[n, n*mean, n*(var + mean^2)]`` in float64: summed over ranks, the global batch's moments."""
@@ -49,16 +51,12 @@ class GlobalRunningMeanStd(RunningMeanStd):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.prefetched: list[tuple[torch.Tensor, torch.Tensor]] = []
-        self.cursor = 0
+        self.prefetched = PrefetchedBatches("rl_games")
 
     def _update_mean_var_count_from_moments(self, mean, var, count, batch_mean, batch_var, batch_count):
         local = packed_moments(batch_mean, batch_var, batch_count)
         if self.prefetched:
-            expected, summed = self.prefetched[self.cursor % len(self.prefetched)]
-            self.cursor += 1
-            if not torch.equal(local, expected):
-                raise RuntimeError("islab: fused normalizer sync out of step with rl_games' updates")
+            summed = self.prefetched.take(local, torch.equal)
         else:
             summed = local
             dist.all_reduce(summed)

@@ -59,7 +59,7 @@ from skrl.resources.preprocessors.jax import RunningStandardScaler
 from skrl.utils.runner.jax import Runner
 
 from islab.libs._skrl_common import EpisodeReturnMixin, SkrlAdapter, pooled_moments, runner_config
-from islab.libs.fused_sync import use_fused_sync
+from islab.libs.fused_sync import PrefetchedBatches, use_fused_sync
 
 
 # -- collectives across processes, compiled once ------------------------------------------------
@@ -118,17 +118,13 @@ class SyncedRunningStandardScaler(RunningStandardScaler):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.prefetched: list[tuple[np.ndarray, np.ndarray]] = []
-        self.cursor = 0
+        self.prefetched = PrefetchedBatches("skrl")
 
     def __call__(self, x: jax.Array | None, *, train: bool = False, inverse: bool = False) -> jax.Array | None:
         if train and x is not None and skrl.config.jax.is_distributed:
             local = _local_row(x)
             if self.prefetched:
-                expected, rows = self.prefetched[self.cursor % len(self.prefetched)]
-                self.cursor += 1
-                if not np.array_equal(np.asarray(local), expected):
-                    raise RuntimeError("islab: fused normalizer sync out of step with skrl's updates")
+                rows = self.prefetched.take(np.asarray(local), np.array_equal)
             else:
                 rows = np.asarray(_all_gather_across_processes()(local[None]))[0]
             mean, variance, total = pooled_moments(rows.astype(np.float64))
@@ -184,7 +180,7 @@ class TrackedPPO(EpisodeReturnMixin, PPO):
             self.policy.__dict__.pop("reduce_parameters", None)
             self.value.__dict__.pop("reduce_parameters", None)
             for scaler in self._synced_scalers():
-                scaler.prefetched, scaler.cursor = [], 0
+                scaler.prefetched.reset()
 
     def _record_policy_step(self, inputs: dict, kl: Any) -> None:
         """Called by the patched ``_update_policy``: this minibatch's batch, inputs and KL."""
@@ -244,10 +240,10 @@ class TrackedPPO(EpisodeReturnMixin, PPO):
         rows = [_local_row(x) for _, x in entries]
         gathered = np.asarray(_all_gather_across_processes()(jnp.concatenate(rows)[None]))[0]
         for scaler in self._synced_scalers():
-            scaler.prefetched, scaler.cursor = [], 0
+            scaler.prefetched.reset()
         offset = 0
         for (scaler, _), row in zip(entries, rows, strict=True):
-            scaler.prefetched.append((np.asarray(row), gathered[:, offset : offset + row.shape[0]]))
+            scaler.prefetched.add(np.asarray(row), gathered[:, offset : offset + row.shape[0]])
             offset += row.shape[0]
 
 

@@ -41,7 +41,7 @@ import torch.distributed as dist
 
 from islab.libs._skrl_common import EpisodeReturnMixin, SkrlAdapter, pooled_moments, runner_config
 from islab.libs.base import atomic_torch_save
-from islab.libs.fused_sync import all_reduce_gradients_and, use_fused_sync
+from islab.libs.fused_sync import PrefetchedBatches, all_reduce_gradients_and, use_fused_sync
 
 
 @contextlib.contextmanager
@@ -97,18 +97,14 @@ class SyncedRunningStandardScaler(RunningStandardScaler):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.prefetched: list[tuple[torch.Tensor, torch.Tensor]] = []
-        self.cursor = 0
+        self.prefetched = PrefetchedBatches("skrl")
 
     def _parallel_variance(self, input_mean: torch.Tensor, input_var: torch.Tensor, input_count: int) -> None:
         world_size = _world_size()
         if world_size > 1:
             local = _local_row(input_mean, input_var, input_count)
             if self.prefetched:
-                expected, rows = self.prefetched[self.cursor % len(self.prefetched)]
-                self.cursor += 1
-                if not torch.equal(local, expected):
-                    raise RuntimeError("islab: fused normalizer sync out of step with skrl's updates")
+                rows = self.prefetched.take(local, torch.equal)
             else:
                 gathered = [torch.empty_like(local) for _ in range(world_size)]
                 dist.all_gather(gathered, local)
@@ -174,7 +170,7 @@ class TrackedPPO(EpisodeReturnMixin, PPO):
                 owner.__dict__.pop(name, None)
             self.value.__dict__.pop("reduce_parameters", None)
             for scaler in self._synced_scalers():
-                scaler.prefetched, scaler.cursor = [], 0
+                scaler.prefetched.reset()
 
     def _fused_reduce(self) -> None:
         with torch.no_grad():  # skrl's approximate KL of this minibatch
@@ -214,10 +210,10 @@ class TrackedPPO(EpisodeReturnMixin, PPO):
         dist.all_gather(gathered, flat)
         table = torch.stack(gathered)
         for scaler in self._synced_scalers():
-            scaler.prefetched, scaler.cursor = [], 0
+            scaler.prefetched.reset()
         offset = 0
         for (scaler, _), row in zip(entries, rows, strict=True):
-            scaler.prefetched.append((row, table[:, offset : offset + row.numel()]))
+            scaler.prefetched.add(row, table[:, offset : offset + row.numel()])
             offset += row.numel()
 
     def write_checkpoint(self, *, timestep: int, timesteps: int) -> None:
