@@ -80,6 +80,17 @@ from islab.worker.context import RankContext, init_process_group
 RETURN_WINDOW = 100
 
 
+def fold_in(norm: EmpiricalNormalization, mean_x: torch.Tensor, var_x: torch.Tensor, count_x: torch.Tensor) -> None:
+    """rsl_rl 5.5's ``EmpiricalNormalization.update`` arithmetic after its all-reduces, unchanged:
+    fold a global batch's mean, population variance and count into the running statistics."""
+    norm.count += count_x
+    rate = count_x / norm.count
+    delta_mean = mean_x - norm._mean
+    norm._mean += rate * delta_mean
+    norm._var += rate * (var_x - norm._var + delta_mean * (mean_x - norm._mean))
+    norm._std = torch.sqrt(norm._var)
+
+
 class GlobalEmpiricalNormalization(EmpiricalNormalization):
     """rsl-rl-lib 5.4's normalizer with 5.5's ``update``: the batch moments of all ranks are
     all-reduced before they are folded in, so every rank holds the same statistics."""
@@ -100,12 +111,7 @@ class GlobalEmpiricalNormalization(EmpiricalNormalization):
         var_sum_x = x.shape[0] * (var_x + (local_mean_x - mean_x).square())
         dist.all_reduce(var_sum_x)
         var_x = var_sum_x / count_x
-        self.count += count_x
-        rate = count_x / self.count
-        delta_mean = mean_x - self._mean
-        self._mean += rate * delta_mean
-        self._var += rate * (var_x - self._var + delta_mean * (mean_x - self._mean))
-        self._std = torch.sqrt(self._var)
+        fold_in(self, mean_x, var_x, count_x)
 
 
 def use_global_normalizers(module: torch.nn.Module) -> int:
@@ -190,13 +196,7 @@ def update_normalizers_together(pending: list[tuple[EmpiricalNormalization, torc
         var_x = (square_sum / total - mean64.square()).clamp_min(0.0).to(norm._var.dtype)
         mean_x = mean64.to(norm._mean.dtype)
         count_x = total.to(norm.count.dtype).reshape(())
-        # rsl_rl 5.5's EmpiricalNormalization.update after its all-reduces, unchanged:
-        norm.count += count_x
-        rate = count_x / norm.count
-        delta_mean = mean_x - norm._mean
-        norm._mean += rate * delta_mean
-        norm._var += rate * (var_x - norm._var + delta_mean * (mean_x - norm._mean))
-        norm._std = torch.sqrt(norm._var)
+        fold_in(norm, mean_x, var_x, count_x)
 
 
 class FusedSyncPPO(PPO):
