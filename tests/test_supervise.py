@@ -322,6 +322,26 @@ def test_a_signal_death_named_by_the_summary_comes_before_the_ranks_it_took_down
     ]
 
 
+
+def test_a_killed_rank_comes_before_a_root_cause_that_only_lost_its_peer(tmp_path):
+    """CI's case: rank 1 SIGKILLed; rank 0's gloo read failed and its error file, stamped first,
+    made it torchrun's root cause. The killed rank is the cause; the lost peer comes after it."""
+    lost = "RuntimeError: [pair.cc:537] Read error [127.0.0.1]:8064: Connection reset by peer"
+    write_error_file(tmp_path, 0, 0, lost, 100)
+    summary = [
+        "Failures:", "[1]:", "  rank      : 1 (local_rank: 1)", "  exitcode  : -9 (pid: 7)",
+        "Root Cause (first observed failure):", "[0]:", "  rank      : 0 (local_rank: 0)", "  exitcode  : 1 (pid: 6)",
+    ]  # fmt: skip
+    found = torchrun.find_failures(str(tmp_path), summary, str(tmp_path), 0)
+    assert [(rank, code) for rank, code, _ in found] == [(1, -9), (0, 1)]
+    # a rank torchrun stopped with SIGTERM is collateral: named only when nothing else is known
+    stopped = ["Failures:", "[1]:", "  rank      : 1 (local_rank: 1)", "  exitcode  : -15 (pid: 7)"]
+    write_error_file(tmp_path, 1, 0, "ValueError: the real cause", 200)
+    assert torchrun.find_failures(str(tmp_path), stopped + summary[4:], str(tmp_path), 0) == [
+        (0, 1, "ValueError: the real cause")
+    ]
+    assert torchrun.find_failures(None, stopped, str(tmp_path), 0) == [(1, -15, None)]
+
 RECORDED_RANK = """
 import os, sys
 from torch.distributed.elastic.multiprocessing.errors import record

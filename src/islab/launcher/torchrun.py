@@ -29,11 +29,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, NamedTuple
 
 from islab.launcher.console import route_line
 from islab.launcher.failures import (
@@ -194,13 +195,24 @@ def torchrun_failures(lines: Iterable[str]) -> list[tuple[int, int]]:
     """(global rank, exit code) from torchrun's console failure summary: the root cause first, then
     other ranks that failed on their own. Ranks torchrun itself stopped (exit code < 0, e.g. SIGTERM
     after a peer failed) are collateral and only reported when nothing else is."""
-    return [(rank, code) for rank, _, code in _summary(lines)]
+    entries = _summary(lines)
+    chosen = [entry for entry in entries if not entry.stopped] or entries
+    return [(entry.rank, entry.code) for entry in chosen]
 
 
-def _summary(lines: Iterable[str]) -> list[tuple[int, int, int]]:
-    root: list[tuple[int, int, int]] = []
-    own: list[tuple[int, int, int]] = []
-    stopped: list[tuple[int, int, int]] = []
+class _Ended(NamedTuple):
+    """One rank in torchrun's failure summary."""
+
+    rank: int
+    local_rank: int
+    code: int
+    root: bool  # torchrun's "Root Cause (first observed failure)"
+    stopped: bool  # ended by a signal outside the root cause: most likely torchrun stopping it
+
+
+def _summary(lines: Iterable[str]) -> list[_Ended]:
+    """Every rank of the summary once, the root cause first."""
+    entries: list[_Ended] = []
     in_root_cause = False
     pending: tuple[int, int] | None = None
     for line in lines:
@@ -213,12 +225,12 @@ def _summary(lines: Iterable[str]) -> list[tuple[int, int, int]]:
         exit_match = _EXITCODE.match(line)
         if exit_match and pending is not None:
             code = int(exit_match.group(1))
-            target = root if in_root_cause else (stopped if code < 0 else own)
-            target.append((*pending, code))
+            entries.append(_Ended(*pending, code, in_root_cause, not in_root_cause and code < 0))
             pending = None
-    seen: dict[int, tuple[int, int, int]] = {}
-    for item in root + own or stopped:
-        seen.setdefault(item[0], item)
+    entries.sort(key=lambda entry: not entry.root)
+    seen: dict[int, _Ended] = {}
+    for entry in entries:
+        seen.setdefault(entry.rank, entry)
     return list(seen.values())
 
 
@@ -238,23 +250,37 @@ def find_failures(
 ) -> list[tuple[int, int | None, str | None]]:
     """(global rank, exit code or None, exception or None) of the failed ranks, the root cause first.
 
-    The error files say which ranks raised and with what. A rank killed by a signal leaves none,
-    so when torchrun's summary names a root cause without an error file, that rank comes first;
-    the summary also maps local to global ranks where the node's first rank is not known (c10d
-    assigns it). With no error file and no summary, ranks with a traceback in their log."""
+    The error files say which ranks raised and with what; a rank killed by a signal leaves none, so
+    torchrun's summary names it (and maps local to global ranks where the node's first rank is not
+    known: c10d assigns it). The order is the likelihood of being the cause:
+    torchrun's root cause when it left no error file; ranks that raised an exception of their own;
+    other ranks that ended without an error file (killed, or an exit code) and that torchrun did not
+    stop itself with SIGTERM; ranks whose only exception is a lost peer (gloo's "Connection reset /
+    closed by peer": a consequence, whatever its timestamp says). Ranks torchrun stopped only when
+    nothing else is known; with no error file and no summary, ranks with a traceback in their log."""
     summary = _summary(lines)
-    offset = next((rank - local for rank, local, _ in summary), first_rank)
-    raised = [(offset + local, None, text or None) for local, text in error_file_failures(log_dir)] if log_dir else []
-    codes = {rank: code for rank, _, code in summary}
-    raised = [(rank, codes.get(rank), text) for rank, _, text in raised]
+    offset = next((entry.rank - entry.local_rank for entry in summary), first_rank)
+    codes = {entry.rank: entry.code for entry in summary}
+    raised = (
+        [(offset + local, codes.get(offset + local), text or None) for local, text in error_file_failures(log_dir)]
+        if log_dir
+        else []
+    )
     named = {rank for rank, _, _ in raised}
-    if summary and summary[0][0] not in named:
-        root = summary[0]
-        return [(root[0], root[2], None), *raised]
-    if raised:
-        return raised
-    if summary:
-        return [(rank, code, None) for rank, _, code in summary]
+    silent = [entry for entry in summary if entry.rank not in named]
+    own = [failure for failure in raised if not _PEER_LOST.search(failure[2] or "")]
+    lost_peer = [failure for failure in raised if _PEER_LOST.search(failure[2] or "")]
+    root = [entry for entry in silent if entry.root]
+    killed = [entry for entry in silent if not entry.root and entry.code != -signal.SIGTERM]
+    stopped = [entry for entry in silent if not entry.root and entry.code == -signal.SIGTERM]
+    ordered = [
+        *((entry.rank, entry.code, None) for entry in root),
+        *own,
+        *((entry.rank, entry.code, None) for entry in killed),
+        *lost_peer,
+    ] or [(entry.rank, entry.code, None) for entry in stopped]
+    if ordered:
+        return ordered
     return [(rank, None, None) for rank in failed_ranks_from_logs(run_dir)]
 
 
