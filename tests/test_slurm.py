@@ -206,6 +206,20 @@ def test_sbatch_script_is_quoted_and_complete(islab, tmp_path):
     assert not Path("pwned").exists()
 
 
+def test_sbatch_and_doctor_take_an_entry_points_arguments_after_the_double_dash(islab, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    code, job, err = islab("sbatch", "--device", "cpu", "--nproc", "2", "--script", str(script), "--", "--steps", "3",
+                           "a b; touch pwned")  # fmt: skip
+    assert code == 0, err
+    command = shlex.split(job[job.index("exec srun") :].replace("\\\n", " "))
+    node = command[command.index("--slurm") :]
+    assert node[node.index("--script") + 1] == str(script)
+    assert node[node.index("--") :] == ["--", "--steps", "3", "a b; touch pwned"]  # verbatim, after our options
+    code, _, err = islab("doctor", "--device", "cpu", "--nproc", "2", "--script", str(script), "--", "--steps", "3")
+    assert code == 0, err
+
+
 def test_sbatch_validates_the_spec_first(islab):
     code, out, err = islab("sbatch", "--lib", "rl_games", "--ml-framework", "jax")
     assert code == 2 and out == "" and "jax only works with skrl" in err
@@ -310,27 +324,10 @@ def test_sbatch_script_trains_on_a_real_slurm_cluster(slurm_cluster, tmp_path):
     env, _ = slurm_cluster
     env = {k: v for k, v in env.items() if not k.startswith("ISLAB_")}
     log_dir = tmp_path / "runs"
-    generated = subprocess.run(
-        [sys.executable, "-m", "islab.cli", "sbatch", "--device", "cpu", "--nproc", "2", "--num-envs", "64",
-         "--max-iterations", "3", "--log-dir", str(log_dir)],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60,
+    job_id = _submit_and_wait(
+        env, tmp_path, "--device", "cpu", "--nproc", "2", "--num-envs", "64", "--max-iterations", "3",
+        "--log-dir", str(log_dir),
     )  # fmt: skip
-    assert generated.returncode == 0, generated.stderr
-    job = tmp_path / "job.sh"
-    job.write_text(generated.stdout)
-    submitted = subprocess.run(
-        ["sbatch", "--parsable", str(job)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=30
-    )
-    assert submitted.returncode == 0, submitted.stderr
-    job_id = submitted.stdout.strip().split(";")[0]
-    deadline = time.monotonic() + 150
-    while time.monotonic() < deadline:
-        queue = subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True, text=True, env=env, timeout=30)
-        if job_id not in queue.stdout:
-            break
-        time.sleep(1)
-    else:
-        pytest.fail(f"job {job_id} still queued/running after 150 s")
     output = (log_dir / f"slurm-islab-rsl_rl-{job_id}.out").read_text()
     (summary_path,) = log_dir.glob("rsl_rl/Islab-Cartpole-v0/*/summary.json")
     summary = json.loads(summary_path.read_text())
@@ -339,3 +336,38 @@ def test_sbatch_script_trains_on_a_real_slurm_cluster(slurm_cluster, tmp_path):
     assert len(list(summary_path.parent.glob("digests/*.json"))) == 2 and len(digests) == 1
     launch = (summary_path.parent / "launch.yaml").read_text()
     assert "node_rank: slurm" in launch and f"master_port: {20000 + int(job_id) % 20000}" in launch
+
+    # a user's own entry point (a plain DDP script) through the same sbatch path, its arguments after --
+    job_id = _submit_and_wait(
+        env, tmp_path, "--device", "cpu", "--nproc", "2", "--log-dir", str(log_dir), "--run-name", "byo",
+        "--script", str(DDP_SCRIPT), "--", "--steps", "3", "--device", "cpu",
+    )  # fmt: skip
+    output = (log_dir / f"slurm-islab-rsl_rl-{job_id}.out").read_text()
+    (run_dir,) = log_dir.glob("rsl_rl/ddp_finetune/*_byo")
+    assert (run_dir / "finetune.pt").is_file(), output[-3000:]
+    assert "step 3/3" in (run_dir / "logs" / "rank_0.log").read_text()
+    assert "rank 1 done: world 2" in (run_dir / "logs" / "rank_1.log").read_text()
+
+
+DDP_SCRIPT = Path(__file__).parent / "fixtures" / "ddp_finetune.py"
+
+
+def _submit_and_wait(env: dict[str, str], cwd: Path, *args: str, wait_s: float = 150) -> str:
+    """islab-train sbatch ARGS > job.sh; sbatch job.sh; wait until the job has left the queue."""
+    generated = subprocess.run([sys.executable, "-m", "islab.cli", "sbatch", *args], capture_output=True,
+                               text=True, env=env, cwd=cwd, timeout=60)  # fmt: skip
+    assert generated.returncode == 0, generated.stderr
+    job = cwd / "job.sh"
+    job.write_text(generated.stdout)
+    submitted = subprocess.run(
+        ["sbatch", "--parsable", str(job)], capture_output=True, text=True, env=env, cwd=cwd, timeout=30
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        queue = subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True, text=True, env=env, timeout=30)
+        if job_id not in queue.stdout:
+            return job_id
+        time.sleep(1)
+    pytest.fail(f"job {job_id} still queued/running after {wait_s:.0f} s")

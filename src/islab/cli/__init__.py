@@ -29,6 +29,9 @@ from islab.launcher.text import escape
 
 # Characters that typesetting puts where "--" was meant (the Chinese edition of Isaac Lab's guide
 # prints "–distributed"); argparse/click would report a confusing "unexpected argument".
+# Subcommands that resolve a training spec, and so take an entry point's arguments after `--`.
+SPEC_SUBCOMMANDS = ("doctor", "sbatch")
+
 LOOKALIKE_DASHES = "\u2013\u2014\u2212\u2010\u2011\u2012\ufe63\uff0d"
 
 
@@ -105,13 +108,15 @@ def run(argv: list[str] | None = None) -> int:
         print(dash.message(), file=sys.stderr)
         return 2
     ARGV[:] = args
-    if "--" in args and not _wants_subcommand(args, SUBCOMMANDS):
-        # Everything after `--` belongs to the entry point, verbatim (click would read options there).
+    subcommand = _wants_subcommand(args, SUBCOMMANDS)
+    if "--" in args and (not subcommand or args[0] in SPEC_SUBCOMMANDS):
+        # Everything after `--` belongs to the entry point, verbatim (click would read options there);
+        # doctor and sbatch resolve the same spec as the training command, so they take it too.
         cut = args.index("--")
         args, app_module.ENTRY_ARGS = args[:cut], args[cut + 1 :]
     else:
         app_module.ENTRY_ARGS = None
-    command = typer.main.get_command(commands if _wants_subcommand(args, SUBCOMMANDS) else app)
+    command = typer.main.get_command(commands if subcommand else app)
     try:
         result = command.main(args=args, prog_name=PROG, standalone_mode=False)
     except typer.BadParameter as exc:

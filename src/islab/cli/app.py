@@ -42,6 +42,12 @@ ARGV: list[str] = []
 # The arguments after `--` (None: no `--` was given), set by islab.cli.run before click parses the rest.
 ENTRY_ARGS: list[str] | None = None
 
+
+def entry_args() -> list[str] | None:
+    """The arguments after `--` of the command being run (read at call time: run() sets them)."""
+    return ENTRY_ARGS
+
+
 PROG = "islab-train"
 
 EPILOG = """\

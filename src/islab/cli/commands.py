@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from islab.cli.app import fail, resolve, source_of, typer_app
+from islab.cli.app import entry_args, fail, resolve, source_of, typer_app
 from islab.cli.options import OPTIONS, keyword, signature
 from islab.launcher import doctor, slurm
 from islab.launcher import plan as planner
@@ -187,7 +187,10 @@ def _forwarded_options(ctx: typer.Context, options: dict[str, Any], log_dir: Pat
         elif option.name == "cluster":
             value = str(Path(value).absolute())
         args += [option.flag, value.value if isinstance(value, Enum) else str(value)]
-    return args + list(options.get("overrides") or ())
+    args += list(options.get("overrides") or ())
+    if entry_args() is not None:  # the entry point's own arguments, verbatim
+        args += ["--", *entry_args()]
+    return args
 
 
 @commands.command("tasks", help="List the registered tasks, their sizes, and which libraries have agent configs.")
