@@ -125,6 +125,42 @@ def test_two_nodes_train_to_identical_policies(tmp_path, nodes, backend):
     assert not (run_dir_of(tmp_path / "node0") / "logs" / "rank_2.log").exists()
 
 
+DDP_SCRIPT = Path(__file__).parent / "fixtures" / "ddp_finetune.py"
+
+
+def test_a_plain_ddp_script_trains_across_two_nodes(tmp_path, nodes):
+    """A user's own torchrun script (DDP fine-tuning, no RL, nothing of islab in it) through
+    --script on two nodes: same spec file on both, arguments after the entry point verbatim."""
+    node0, node1 = nodes
+    spec = {
+        "entrypoint": {"script": str(DDP_SCRIPT)},
+        "args": ["--steps", "3", "--device", "cpu"],
+        "device": "cpu",
+        "nnodes": 2,
+        "nproc_per_node": 2,
+        "rendezvous": {"backend": "static", "master_addr": node0.address, "master_port": PORT, "timeout_s": 120},
+        "run_name": RUN_NAME,
+        "env": {"GLOO_SOCKET_IFNAME": node0.interface},
+    }
+    path = tmp_path / "two-node-ddp.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    processes = [start_node(tmp_path, node0, 0, path), start_node(tmp_path, node1, 1, path)]
+    codes = wait_all(processes, TRAIN_TIMEOUT_S)
+    for node_rank, code in enumerate(codes):
+        assert code == 0, f"node {node_rank} ended with {code}:\n{stderr_of(tmp_path, node_rank)[-3000:]}"
+    digests = {}
+    for node_rank, ranks in ((0, (0, 1)), (1, (2, 3))):
+        run_dir = run_dir_of(tmp_path / f"node{node_rank}")
+        assert run_dir is not None
+        for rank in ranks:
+            log = (run_dir / "logs" / f"rank_{rank}.log").read_text()
+            (line,) = [line for line in log.splitlines() if line.startswith(f"rank {rank} done:")]
+            assert "world 4" in line, line
+            digests[rank] = line.rsplit(" ", 1)[-1]
+    assert len(set(digests.values())) == 1, digests  # DDP averaged the gradients across both nodes
+    assert (run_dir_of(tmp_path / "node0") / "finetune.pt").is_file()  # rank 0 saved where ISLAB_RUN_DIR points
+
+
 def test_node_0_fails_soon_when_node_1_dies(tmp_path, nodes):
     node0, node1 = nodes
     spec = cluster_file(tmp_path, node0, "static", max_iterations=100000)
