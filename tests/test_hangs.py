@@ -4,6 +4,7 @@ tests/test_signals.py)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -71,8 +72,8 @@ run_dir, done = Path(sys.argv[1]), int(sys.argv[2])
 log = open(rundir.rank_log(run_dir, 3), "a", buffering=1)
 faulthandler.register(rundir.STACK_DUMP_SIGNAL, file=log, all_threads=True)
 rundir.write_heartbeat(run_dir, 3, iteration=7, done=done)
-print("ready", flush=True)
 def stuck_here():
+    print("ready", flush=True)  # from inside: the dump may come at once
     time.sleep(120)
 stuck_here()
 """
@@ -109,6 +110,7 @@ def stuck_rank(tmp_path):
 
 def test_hang_watch_dumps_the_stuck_rank_and_names_it(tmp_path, stuck_rank):
     process = stuck_rank(done=1)
+    script = tmp_path / "stuck_rank.py"
     clock = Clock()
     watch = HangWatch(str(tmp_path), 10, clock=clock)
     assert not watch({process.pid})  # progress seen now
@@ -120,9 +122,10 @@ def test_hang_watch_dumps_the_stuck_rank_and_names_it(tmp_path, stuck_rank):
     assert "(most recent call first):" in log and "in stuck_here" in log
     assert process.poll() is None  # the dump signal does not end the rank (the poll loop stops the job)
     assert watch.behind == [3]
-    assert watch.stuck == [Stuck(3, 7, str(rundir.rank_log(tmp_path, 3)), Frame(str(tmp_path / "stuck_rank.py"), 11,
-                                                                                  "stuck_here"))]  # fmt: skip
-    assert f"rank 3 at {tmp_path / 'stuck_rank.py'}:11 in stuck_here" in watch.message()
+    (stuck,) = watch.stuck
+    assert (stuck.rank, stuck.iteration, stuck.log) == (3, 7, str(rundir.rank_log(tmp_path, 3)))
+    assert stuck.frame is not None and (stuck.frame.file, stuck.frame.function) == (str(script), "stuck_here")
+    assert f"rank 3 at {script}:{stuck.frame.line} in stuck_here" in watch.message()
 
 
 def test_no_hang_before_the_first_finished_iteration(tmp_path, stuck_rank):
@@ -144,3 +147,19 @@ def test_heartbeats_of_other_hosts_or_processes_are_not_ours(tmp_path, stuck_ran
     assert HangWatch(str(tmp_path), 10).ours({process.pid + 1}) == {}  # not one of our live processes
     assert list(HangWatch(str(tmp_path), 10).ours({process.pid})) == [3]
     assert Path(rundir.heartbeat_path(tmp_path, 3)).is_file()
+
+
+def test_hang_timeout_default_scales_with_the_rendezvous_timeout(islab, clean_environment, monkeypatch):
+    def shown(*options: str) -> str:
+        code, out, err = islab("--device", "cpu", "--nproc", "2", "--dry-run", *options)
+        assert code == 0, err
+        return re.search(r"hang_timeout_s\s+= (.*)", out).group(1)
+
+    assert shown() == "600  (source: default, chosen by the planner)"  # max(2 x 300, 600)
+    assert shown("--rdzv-timeout", "400").startswith("800  ")
+    assert shown("--hang-timeout", "30").startswith("30  (source: cli")
+    monkeypatch.setenv("ISLAB_HANG_TIMEOUT", "0")
+    assert shown().startswith("0  (source: env, ISLAB_HANG_TIMEOUT")
+    monkeypatch.delenv("ISLAB_HANG_TIMEOUT")
+    code, _, err = islab("--device", "cpu", "--script", "train.py", "--hang-timeout", "30", "--dry-run")
+    assert code == 2 and err.startswith("error: --hang-timeout: --hang-timeout applies only to islab's own worker")
