@@ -230,7 +230,7 @@ def read_progress(path: str | Path) -> list[dict[str, Any]]:
 # behind, and which pid to ask for its stacks: a rank registers faulthandler for
 # STACK_DUMP_SIGNAL on its log, so the signal writes every Python thread's stack there.
 
-STACK_DUMP_SIGNAL = signal.SIGUSR1
+STACK_DUMP_SIGNAL = signal.SIGUSR2  # SIGUSR1 is SLURM's preemption warning (sbatch --signal=B:USR1)
 
 
 def write_heartbeat(run_dir: str | Path, rank: int, *, iteration: int, done: int) -> Path:
