@@ -7,6 +7,9 @@ test can clean up after it), with 2 CPU ranks and 64 environments per rank.
 * A rank that raises at start-up (``ISLAB_TEST_CRASH_RANK=1``) or is SIGKILLed mid-training
   makes islab-train exit non-zero within 15 s, and the last lines name the rank, the node, the
   rank's log file and the last line of its traceback (or the signal that killed it).
+* A rank that hangs after iteration K (``ISLAB_TEST_HANG_RANK=1``) ends the job within
+  ``--hang-timeout`` S + 15 s with exit 1; the last line names the rank and where it is stuck
+  (file:line from the stack faulthandler wrote into its log).
 * SIGINT/SIGTERM to islab-train stop every process of the job: all processes collected from
   the process tree while it ran are gone 10 s after the signal, and the exit code is 130/143.
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -89,14 +93,16 @@ class Job:
 def start_job(tmp_path: Path) -> Iterator[object]:
     jobs: list[Job] = []
 
-    def start(path: str, *, max_iterations: int, extra_env: dict[str, str] | None = None) -> Job:
+    def start(
+        path: str, *, max_iterations: int, extra_env: dict[str, str] | None = None, extra_args: tuple[str, ...] = ()
+    ) -> Job:
         log_dir = tmp_path / f"logs{len(jobs)}"
         stderr_path = tmp_path / f"stderr{len(jobs)}.txt"
         env = {name: value for name, value in os.environ.items() if not name.startswith(("ISLAB_", "SLURM_"))}
         env.update({"CUDA_VISIBLE_DEVICES": "", **(extra_env or {})})
         argv = [
             sys.executable, "-m", "islab.cli", *PATHS[path], "--device", "cpu", "--nproc", "2",
-            "--num-envs", "64", "--max-iterations", str(max_iterations), "--log-dir", str(log_dir),
+            "--num-envs", "64", "--max-iterations", str(max_iterations), "--log-dir", str(log_dir), *extra_args,
         ]  # fmt: skip
         with open(stderr_path, "wb") as stderr:
             process = subprocess.Popen(
@@ -294,6 +300,37 @@ def test_rank_sigkilled_mid_training_fails_fast_and_is_named(start_job, path):
     assert "rank 1" in error and "node 0" in error and "rank_1.log" in error, error
     assert "SIGKILL" in error, error
     assert not alive(job.seen), "processes left running after the failure"
+
+
+HANG_TIMEOUT_S = 10
+
+
+@pytest.mark.slow
+def test_hung_rank_is_named_with_its_stack_and_the_job_stopped(start_job):
+    hang = {"ISLAB_TEST_HANG_RANK": "1", "ISLAB_TEST_HANG_AT_ITERATION": "2"}
+    job = start_job("torchrun-rsl_rl", max_iterations=1000, extra_env=hang,
+                    extra_args=("--hang-timeout", str(HANG_TIMEOUT_S)))  # fmt: skip
+
+    def hanging() -> bool:
+        job.collect()
+        log = job.run_dir / "logs" / "rank_1.log" if job.run_dir else None
+        return job.process.poll() is not None or bool(
+            log and log.exists() and "rank 1 hangs after iteration 2" in log.read_text(errors="replace")
+        )
+
+    wait_until(hanging, START_TIMEOUT_S, "rank 1 to hang", interval_s=0.05)
+    hung_at = time.monotonic()
+    code = job.wait_exit(HANG_TIMEOUT_S + FAIL_FAST_S + 10)
+    took = time.monotonic() - hung_at
+    print(f"rank 1 hung -> islab-train exit {code} after {took:.2f} s (--hang-timeout {HANG_TIMEOUT_S})")
+    assert code == 1, job.stderr()[-3000:]
+    assert took < HANG_TIMEOUT_S + FAIL_FAST_S, f"exit took {took:.1f} s after rank 1 hung"
+    error = last_lines(job.stderr()).splitlines()[-1]
+    assert error.startswith("error: hang: "), job.stderr()[-3000:]
+    assert "rank 1 is behind" in error and "rank_1.log" in error, error
+    assert re.search(r"rank 1 at \S*islab/worker/faults\.py:\d+ in maybe_hang", error), error
+    assert "most recent call first" in (job.run_dir / "logs" / "rank_1.log").read_text(errors="replace")
+    assert not alive(job.seen), "processes left running after the hang"
 
 
 # ----------------------------------------------------------------------------------------------

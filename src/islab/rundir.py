@@ -10,6 +10,8 @@ Every run writes into one directory, chosen by the launcher (``<log_dir>/<run_na
     checkpoints/latest.pt    the newest islab checkpoint (``--resume RUN_DIR`` reads it)
     checkpoints/iter_<N>.pt  older islab checkpoints
     digests/rank_<R>.json    the sha256 of rank R's policy at the end (all ranks must agree)
+    heartbeats/rank_<R>.json rank R's liveness: its pid and the last iteration it finished (rewritten
+                             every iteration; the launcher's hang watch reads them)
     summary.json             rank 0's end-of-run numbers (the launcher's summary table)
     curves.png               mean return and steps/s per iteration (the launcher draws it)
     eval.json                the last ``islab-train play``: episode return/length statistics
@@ -27,6 +29,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
+import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -39,6 +45,7 @@ PROGRESS_FILE = "progress.jsonl"
 CHECKPOINTS_DIR = "checkpoints"
 LATEST_CHECKPOINT = "latest.pt"
 DIGESTS_DIR = "digests"
+HEARTBEATS_DIR = "heartbeats"
 SUMMARY_FILE = "summary.json"
 CURVES_FILE = "curves.png"
 EVAL_FILE = "eval.json"
@@ -82,6 +89,10 @@ def resume_source(path: str | Path) -> Path:
 
 def digest_path(run_dir: str | Path, rank: int) -> Path:
     return Path(run_dir, DIGESTS_DIR, f"rank_{rank}.json")
+
+
+def heartbeat_path(run_dir: str | Path, rank: int) -> Path:
+    return Path(run_dir, HEARTBEATS_DIR, f"rank_{rank}.json")
 
 
 def summary_path(run_dir: str | Path) -> Path:
@@ -209,3 +220,43 @@ def read_progress(path: str | Path) -> list[dict[str, Any]]:
     path = Path(path)
     return ProgressReader(progress_path(path) if path.is_dir() else path).drain()
 
+
+
+# -- heartbeats/rank_<R>.json ----------------------------------------------------------------------
+#
+# Every rank of our worker rewrites its heartbeat when training starts (``done`` 0) and after each
+# iteration it finished completely (checkpoint and test hooks included). The launcher's hang watch
+# (islab.launcher.hangs) reads them to see whether any rank still makes progress, which ranks are
+# behind, and which pid to ask for its stacks: a rank registers faulthandler for
+# STACK_DUMP_SIGNAL on its log, so the signal writes every Python thread's stack there.
+
+STACK_DUMP_SIGNAL = signal.SIGUSR2  # SIGUSR1 is SLURM's preemption warning (sbatch --signal=B:USR1)
+
+
+def write_heartbeat(run_dir: str | Path, rank: int, *, iteration: int, done: int) -> Path:
+    """``iteration``: the last iteration finished, counted from the start of the run (across
+    resumes); ``done``: iterations this process finished (0 until its first one: warm-up)."""
+    record = {
+        "rank": rank,
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "thread": threading.main_thread().ident,  # faulthandler's id of the main thread in a dump
+        "iteration": iteration,
+        "done": done,
+        "time": time.time(),
+    }
+    return write_text_atomic(heartbeat_path(run_dir, rank), json.dumps(record) + "\n")
+
+
+def read_heartbeats(run_dir: str | Path) -> dict[int, dict[str, Any]]:
+    """Every readable heartbeat, by rank (a file being replaced or not JSON is skipped)."""
+    found: dict[int, dict[str, Any]] = {}
+    for path in Path(run_dir, HEARTBEATS_DIR).glob("rank_*.json"):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        fields = ("rank", "pid", "iteration", "done")
+        if isinstance(record, dict) and all(isinstance(record.get(name), int) for name in fields):
+            found[record["rank"]] = record
+    return found

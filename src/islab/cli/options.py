@@ -20,8 +20,20 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape as escape_markup
 
-from islab.launcher.plan import LOCALHOST
-from islab.launcher.spec import CHOICES, DEFAULT_C10D_ID, DEFAULT_MULTINODE_MASTER_PORT, Rendezvous, RunSpec
+from islab.launcher.plan import (
+    HANG_TIMEOUT_RDZV_FACTOR,
+    LOCALHOST,
+    MIN_DEFAULT_HANG_TIMEOUT_S,
+    default_hang_timeout,
+)
+from islab.launcher.spec import (
+    CHOICES,
+    DEFAULT_C10D_ID,
+    DEFAULT_MULTINODE_MASTER_PORT,
+    DEFAULT_RDZV_TIMEOUT_S,
+    Rendezvous,
+    RunSpec,
+)
 from islab.libs.registry import LIBRARIES, frameworks_of
 
 PANEL_TRAINING = "Training"
@@ -189,6 +201,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("--checkpoint-interval", "Iterations between checkpoints (atomic; the last iteration is always saved; "
            "0: only at the end). An elastic restart (--max-restarts) resumes from the latest.", PANEL_OUTPUT,
            "checkpoint_interval", int, "Default: {}.", metavar="N"),
+    Option("--hang-timeout", "Stop the job (exit 1) when no rank finishes a training iteration for this long "
+           "(counted from the first finished iteration): every rank first dumps its thread stacks into its log, and "
+           "the error names the ranks that are behind and where they are stuck. islab's worker only, not a --script "
+           "/ --module / --command or a preset. 0 disables.", PANEL_OUTPUT, "hang_timeout_s", int,
+           f"Default: {HANG_TIMEOUT_RDZV_FACTOR} x --rdzv-timeout, at least {MIN_DEFAULT_HANG_TIMEOUT_S} "
+           f"({default_hang_timeout(DEFAULT_RDZV_TIMEOUT_S)}).", metavar="SECONDS"),
     Option("--python", "Interpreter for the launcher and the ranks, e.g. ${ISAACSIM_PYTHON_EXE}.", PANEL_OUTPUT,
            "python", str, "[default: this interpreter]"),
     Option("--dry-run", "Print the commands (with where each value came from) and exit.", PANEL_OUTPUT, kind=bool,

@@ -58,6 +58,24 @@ from islab.libs.registry import apply_env_fixes, launcher_of
 Launcher = Literal["torchrun", "skrl-jax"]
 LOCALHOST = "127.0.0.1"
 RUN_DIR_TIME_FORMAT = "%Y-%m-%d_%H-%M-%S"
+# The default hang timeout: never shorter than the waits a healthy job may have -- a collective
+# waits up to the rendezvous timeout T for a slow peer, an elastic restart up to T for the nodes to
+# join again, so twice T -- and never under ten minutes, since killing a healthy job costs more
+# than noticing a hung one a few minutes late (docs/CLI.md, "Hangs").
+HANG_TIMEOUT_RDZV_FACTOR = 2
+MIN_DEFAULT_HANG_TIMEOUT_S = 600
+
+
+def default_hang_timeout(rdzv_timeout_s: int) -> int:
+    return max(HANG_TIMEOUT_RDZV_FACTOR * rdzv_timeout_s, MIN_DEFAULT_HANG_TIMEOUT_S)
+
+
+def hang_timeout_of(spec: RunSpec) -> int:
+    """Seconds without progress before the job counts as hung; 0: not watched (a user's entry
+    point writes no heartbeats)."""
+    if spec.entrypoint is not None:
+        return 0
+    return spec.hang_timeout_s if spec.hang_timeout_s is not None else default_hang_timeout(spec.rendezvous.timeout_s)
 
 
 @dataclass(frozen=True)
@@ -104,6 +122,8 @@ class LaunchPlan:
     events_root: str | None = None
     events_library: str | None = None
     events_not_before: float | None = None
+    # Seconds without a finished iteration on any rank of a node before it counts as hung (0: off).
+    hang_timeout_s: int = 0
 
     def node(self, node_rank: int) -> NodePlan:
         for node in self.nodes:
@@ -264,6 +284,8 @@ def build_plan(spec: RunSpec, *, now: datetime, free_port: int) -> LaunchPlan:
             nodes.append(NodePlan(node_rank, argv, env, ranks))
         else:
             nodes.append(NodePlan(node_rank, torchrun.node_argv(spec, node_rank, derived, worker), env))
+    if spec.hang_timeout_s is None and spec.entrypoint is None:
+        derived = {**derived, "hang_timeout_s": str(hang_timeout_of(spec))}
     address, kind = _meeting_point(derived)
     return LaunchPlan(
         launcher=launcher,
@@ -281,6 +303,7 @@ def build_plan(spec: RunSpec, *, now: datetime, free_port: int) -> LaunchPlan:
         events_root=str(tensorboard_root(spec.lib, Path.cwd())) if spec.isaaclab or spec.mjlab else run_dir,
         events_library=spec.lib if spec.isaaclab or spec.mjlab else None,  # mjlab: <cwd>/logs/rsl_rl
         events_not_before=now.timestamp() - 1 if spec.entrypoint is not None else None,
+        hang_timeout_s=hang_timeout_of(spec),
     )
 
 

@@ -13,8 +13,9 @@ processes (islab-train -> torchrun -> N ranks, or islab-train -> N JAX ranks):
   while the job runs (:func:`process_tree`) and those processes are signalled too.
 * **One poll loop** (:func:`watch`) for both launchers: it streams every child's output through
   the console policy, ticks the progress display, and stops everything on a signal, on the first
-  failed child (``fail_fast``: skrl-JAX ranks, whose peers would hang) or when the launcher says
-  the rendezvous is overdue. What the outcome means is the launcher's to say
+  failed child (``fail_fast``: skrl-JAX ranks, whose peers would hang), when the launcher says
+  the rendezvous is overdue, or when the hang watch (:mod:`islab.launcher.hangs`) says no rank
+  makes progress any more. What the outcome means is the launcher's to say
   (:mod:`islab.launcher.torchrun`, :mod:`islab.launcher.skrl_jax`).
 """
 
@@ -130,6 +131,16 @@ class ProcessGroups:
                 else:
                     os.kill(pid, signum if descendants is None else descendants)
 
+    def live_pids(self) -> set[int]:
+        """Our children and their remembered descendants (:meth:`track`) that are still the
+        processes we saw."""
+        live = {process.pid for process in self.processes if process.returncode is None}
+        for pid, start in self.tracked.items():
+            stat = _read_stat(pid)
+            if stat is not None and stat[1] == start:
+                live.add(pid)
+        return live
+
     def _on_signal(self, signum: int, _frame: object) -> None:
         if self.received is None:
             self.received = signum
@@ -200,12 +211,14 @@ class Child:
 @dataclass
 class Outcome:
     """How the children ended: exit statuses (shell convention), the signal islab-train received,
-    the first child seen failing, whether the rendezvous ran out of time, and their last lines."""
+    the first child seen failing, whether the rendezvous ran out of time or the job hung, and their
+    last lines."""
 
     statuses: list[int] = field(default_factory=list)
     received: int | None = None
     first_failed: int | None = None
     overdue: bool = False
+    hung: bool = False
     tails: list[deque[str]] = field(default_factory=list)
 
 
@@ -251,8 +264,10 @@ def watch(
     fail_fast: bool,
     on_line: Callable[[int | None, str], None],
     overdue: Callable[[], bool],
+    hung: Callable[[set[int]], bool] | None = None,
 ) -> Outcome:
-    """Run ``children`` to the end (see the module docstring) and report how they ended."""
+    """Run ``children`` to the end (see the module docstring) and report how they ended.
+    ``hung`` gets the pids of the job's live processes on every tick; True stops the job."""
     children = list(children)
     outcome = Outcome(tails=[deque(maxlen=child.tail_lines) for child in children])
     signalled_at: list[float] = []
@@ -262,18 +277,20 @@ def watch(
             process = groups.start(child.argv, child.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             processes.append(process)
             err_sink = out if child.stderr_to_stdout else err
-            stopping = lambda: groups.received is not None  # noqa: E731
+            # After a signal or a hang the stop is ours: its tracebacks are not news (the logs keep them).
+            stopping = lambda: groups.received is not None or outcome.hung  # noqa: E731
             pumps.append(_start_pump(process.stdout, out, "out", child, tail, view, policy, on_line, stopping))
             pumps.append(_start_pump(process.stderr, err_sink, "err", child, tail, view, policy, on_line, stopping))
         # Poll every child each round (a short-circuiting any() would never see a later one die).
         last_tick = 0.0
         while [process.poll() for process in processes].count(None):
             groups.escalate_if_signalled(signalled_at)
-            if time.monotonic() - last_tick >= TICK_INTERVAL_S:
+            ticked = time.monotonic() - last_tick >= TICK_INTERVAL_S
+            if ticked:
                 view.tick()
                 groups.track()
                 last_tick = time.monotonic()
-            if groups.received is None and outcome.first_failed is None and not outcome.overdue:
+            if groups.received is None and outcome.first_failed is None and not (outcome.overdue or outcome.hung):
                 failed = next((i for i, p in enumerate(processes) if p.returncode not in (None, 0)), None)
                 if failed is not None:
                     outcome.first_failed = failed
@@ -282,12 +299,15 @@ def watch(
                 elif overdue():
                     outcome.overdue = True
                     groups.stop_all(signal.SIGTERM)
+                elif hung is not None and ticked and hung(groups.live_pids()):
+                    outcome.hung = True
+                    groups.stop_all(signal.SIGTERM)
             time.sleep(POLL_INTERVAL_S)
         for pump in pumps:
             pump.join(timeout=5)
     view.close()
     outcome.received = groups.received
     outcome.statuses = [exit_code_of(process.returncode) for process in processes]
-    if outcome.first_failed is None and outcome.received is None and not outcome.overdue:
+    if outcome.first_failed is None and outcome.received is None and not (outcome.overdue or outcome.hung):
         outcome.first_failed = next((i for i, status in enumerate(outcome.statuses) if status != 0), None)
     return outcome

@@ -312,6 +312,7 @@ _FIELD_FIX = {
     "rendezvous.master_port": "Choose a port between 1 and 65535, e.g. 29500",
     "rendezvous.timeout_s": "Give the seconds node 0 waits for the other nodes, e.g. 300",
     "checkpoint_interval": "Give the iterations between checkpoints, e.g. 10 (0: only at the end)",
+    "hang_timeout_s": "Give the seconds without a finished iteration before the job is stopped, e.g. 600 (0: never)",
 }
 
 

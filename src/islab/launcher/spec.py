@@ -179,6 +179,9 @@ class RunSpec(_Frozen):
     # Continue a run: its directory (training goes on in it) or a checkpoint file (a new run dir).
     resume: StrictStr | None = None
     checkpoint_interval: NonNegative = 10
+    # Seconds without a finished iteration on any rank before the job counts as hung (our worker
+    # only); None: the planner's default, scaled with the rendezvous timeout; 0: never.
+    hang_timeout_s: NonNegative | None = None
     # Bring your own: what each rank runs instead of our worker ({script|module|command: NAME}, see
     # ENTRY_KINDS) and its arguments, passed verbatim (everything after ``--`` on the command line).
     entrypoint: Mapping[str, str] | None = None
@@ -467,7 +470,7 @@ def parse_node_range(text: str) -> tuple[int, int] | None:
 ENTRY_KINDS: tuple[str, ...] = ("script", "module", "command")
 WORKER_ONLY_FIELDS: tuple[str, ...] = (
     "task", "task_module", "num_envs", "max_iterations", "total_env_steps", "overrides", "resume",
-    "checkpoint_interval",
+    "checkpoint_interval", "hang_timeout_s",
 )  # fmt: skip
 
 INPUT_FIELDS: tuple[str, ...] = tuple(name for name in RunSpec.model_fields if name != "min_nnodes")

@@ -11,6 +11,9 @@ the one poll loop of :mod:`islab.launcher.processes`:
   error files, see :mod:`islab.launcher.torchrun`) or the signal that killed it, and its log.
 * **Rendezvous failures are named too.** Nodes that do not all arrive within
   ``rendezvous.timeout_s`` end the run with one message naming the timeout and the address.
+* **Hangs are named.** With our worker, ranks that finish no iteration for ``hang_timeout_s``
+  dump their stacks to their logs, the job is stopped and one message names the ranks that are
+  behind and where they are stuck (:mod:`islab.launcher.hangs`); islab-train exits 1.
 * **The console is ours.** By default only rank 0's stderr passes (``--all-ranks``: everything,
   prefixed ``[rank R]``), the ranks' full output being in their log files. On the node that hosts
   rank 0 a :class:`~islab.launcher.console.RunView` draws the progress and, after a successful
@@ -28,6 +31,7 @@ from typing import IO
 
 from islab.launcher.console import ConsolePolicy, RunView, finish, resume_command
 from islab.launcher.entrypoint import RankLogWriter, events_reader
+from islab.launcher.hangs import HangWatch
 from islab.launcher.plan import LaunchPlan
 from islab.launcher.processes import watch
 from islab.launcher.skrl_jax import SkrlJaxNode
@@ -84,17 +88,22 @@ def run_plan(
         interval_s=options.interval_s, reader=reader, last_line=logs and (lambda: logs.rank0_last),
     )  # fmt: skip
     explanation = io.StringIO()
+    # Our worker's ranks write heartbeats; a user's entry point does not (plan.hang_timeout_s is 0).
+    hangs = HangWatch(plan.run_dir, plan.hang_timeout_s) if plan.hang_timeout_s and not plan.entrypoint else None
     try:
         outcome = watch(
             runner.children(), grace_s=grace_s, out=out, err=err, view=view,
             policy=ConsolePolicy(all_ranks=options.all_ranks), fail_fast=runner.fail_fast,
-            on_line=on_line, overdue=runner.overdue,
+            on_line=on_line, overdue=runner.overdue, hung=hangs,
         )  # fmt: skip
         if outcome.received is not None:
             # one quiet line instead of the ranks' and torchrun's tracebacks (silenced by watch)
             name = signal.Signals(outcome.received).name
             err.write(f"islab-train: stopped by {name}; run directory: {os.path.abspath(plan.run_dir)}\n")
             status = 128 + outcome.received
+        elif outcome.hung and hangs is not None:
+            explanation.write(hangs.message() + "\n")
+            status = 1
         else:
             status = runner.explain(outcome, explanation, all_ranks=options.all_ranks)
     finally:

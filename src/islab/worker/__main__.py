@@ -136,6 +136,25 @@ def tee_output(log_path: Path) -> None:
     # A fatal signal (SIGABRT from a C++ library, SIGSEGV) bypasses sys.stderr; without this the
     # rank's log would end mid-story and the failure message would have no traceback to point at.
     faulthandler.enable(file=log, all_threads=True)
+    # The launcher's hang watch sends this to a rank that stopped making progress: every thread's
+    # stack goes to the log, from faulthandler's C handler, so a rank stuck inside C code dumps too.
+    faulthandler.register(rundir.STACK_DUMP_SIGNAL, file=log, all_threads=True)
+
+
+class Heartbeat:
+    """This rank's ``heartbeats/rank_<R>.json`` (islab.rundir): written when training starts
+    (``done`` 0: the first iteration includes warm-up, so the hang watch does not count it yet)
+    and after every iteration."""
+
+    def __init__(self, run_dir: Path, rank: int) -> None:
+        self.run_dir, self.rank, self.done = run_dir, rank, 0
+
+    def start(self, iteration: int) -> None:
+        rundir.write_heartbeat(self.run_dir, self.rank, iteration=iteration, done=0)
+
+    def __call__(self, iteration: int) -> None:
+        self.done += 1
+        rundir.write_heartbeat(self.run_dir, self.rank, iteration=iteration, done=self.done)
 
 
 def budget_for(args: argparse.Namespace, agent_cfg: dict[str, Any], world_size: int) -> Budget:
@@ -225,8 +244,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     interval = DEFAULT_INTERVAL if args.checkpoint_interval is None else args.checkpoint_interval
     adapter.checkpointer = Checkpointer(collective, run_dir, run_identity, spec, interval=interval)
     adapter.iteration_hooks.append(lambda _, iteration, __: maybe_inject_fault(ctx.rank, run_dir, iteration))
+    # Last hook: a heartbeat means the iteration finished completely (checkpoint and faults included),
+    # so a rank stuck in any of them is behind its peers in the launcher's hang watch.
+    beat = Heartbeat(run_dir, ctx.rank)
+    adapter.iteration_hooks.append(lambda _, iteration, __: beat(iteration))
 
     remaining = point.target_iteration - adapter.iteration
+    beat.start(adapter.iteration)
     started = time.perf_counter()
     if remaining > 0:
         result = adapter.train(remaining)
