@@ -52,6 +52,17 @@ def test_gpus_against_processes():
     assert doctor.check_gpus(spec(device="cpu", nproc_per_node=2), 0).status == "pass"
 
 
+def test_gpus_are_counted_as_the_ranks_runtime_sees_them():
+    """nvidia-smi -L lists a MIG-partitioned GPU once and CUDA_VISIBLE_DEVICES may name absent GPUs:
+    the probed torch count decides, since each rank resolves its GPU from that view."""
+    two = spec(device="cuda", nproc_per_node=2)
+    short = doctor.check_gpus(two, 2, runtime(cuda_devices=1))
+    assert short.status == "fail" and "--gpus 1" in short.fix
+    assert "ranks' interpreter sees 1" in short.detail and "suggest 2" in short.detail
+    assert doctor.check_gpus(two, 1, runtime(cuda_devices=2)).status == "pass"
+    assert doctor.check_gpus(two, 2, runtime(cuda_devices=None)).status == "pass"  # not probed: the cheap count
+
+
 def test_backend_nccl_for_gpus_gloo_for_cpu():
     assert doctor.check_backend(spec(device="cuda"), runtime()).detail == "NCCL 2.21.5"
     cpu_build = doctor.check_backend(spec(device="cuda"), runtime(nccl=None, torch_cuda=None))
@@ -148,6 +159,8 @@ def test_probe_runtime_reads_the_ranks_interpreter():
     real = probes.probe_runtime(sys.executable)
     assert real.python == sys.version.split()[0]
     assert real.versions["islab-train"] and real.gloo is True
+    hidden = probes.probe_runtime(sys.executable, environ={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert hidden.cuda_devices == 0  # the ranks' environment (the spec's env:) reaches the probe
     missing = probes.probe_runtime("/nonexistent/python")
     assert missing.python is None and "cannot run" in (missing.error or "")
     crashed = probes.probe_runtime(

@@ -154,7 +154,7 @@ def gather_facts(
     nvidia_smi = runtime = None
     if full:
         nvidia_smi = read_nvidia_smi()
-        runtime = probe_runtime(spec.python)
+        runtime = probe_runtime(spec.python, environ={**environ, **spec.env})
     return Facts(
         spec=spec,
         node_rank=node_rank,
@@ -188,8 +188,19 @@ def check_os(platform: str, device: str = "cuda") -> Check:
     )  # fmt: skip
 
 
-def check_gpus(spec: RunSpec, visible_gpus: int) -> Check:
+def check_gpus(spec: RunSpec, visible_gpus: int, runtime: Runtime | None = None) -> Check:
+    """``visible_gpus`` is the launcher's torch-free count (CUDA_VISIBLE_DEVICES entries, else the
+    GPUs of ``nvidia-smi -L``); when the ranks' interpreter was probed, its own count decides, as a
+    rank resolves its GPU from that view (absent GPUs named in CUDA_VISIBLE_DEVICES, MIG)."""
     name = "GPUs vs processes"
+    runtime_count = runtime.cuda_devices if runtime is not None else None
+    if spec.device == "cuda" and runtime_count is not None and runtime_count != visible_gpus:
+        checked = check_gpus(spec, runtime_count)
+        note = (
+            f" (torch in the ranks' interpreter sees {runtime_count}; "
+            f"CUDA_VISIBLE_DEVICES / nvidia-smi -L suggest {visible_gpus})"
+        )
+        return Check(name, checked.status, checked.detail + note, checked.fix)
     if spec.device == "cpu":
         return Check(name, "pass", f"{spec.nproc_per_node} CPU process(es) per node; {visible_gpus} GPU(s) visible")
     issue = gpu_issue(spec, visible_gpus)
@@ -406,7 +417,7 @@ class CheckDef:
 
 CHECKS: tuple[CheckDef, ...] = (
     CheckDef("operating system", lambda facts: check_os(facts.platform, facts.spec.device)),
-    CheckDef("GPUs vs processes", lambda facts: check_gpus(facts.spec, facts.visible_gpus)),
+    CheckDef("GPUs vs processes", lambda facts: check_gpus(facts.spec, facts.visible_gpus, facts.runtime)),
     CheckDef("collective backend", lambda facts: check_backend(facts.spec, facts.runtime)),
     CheckDef("driver vs torch CUDA", lambda facts: check_driver_cuda(facts.spec, facts.nvidia_smi, facts.runtime)),
     CheckDef("rendezvous address", lambda facts: check_resolves(facts.rendezvous), before_launch=True),
