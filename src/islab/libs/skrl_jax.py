@@ -22,7 +22,9 @@ What skrl expects, and what this module does about it:
 * **Normalizer drift.** As with torch, each rank's RunningStandardScaler would learn only from
   its own data; ``SyncedRunningStandardScaler`` gathers every rank's batch statistics and
   applies one pooled update on all ranks.
-* **Seed.** The Runner calls ``skrl.utils.set_seed(base_seed)``, which adds the JAX rank.
+* **Seed.** The Runner calls ``skrl.utils.set_seed(base_seed)``, which adds the JAX rank. The env
+  keeps its own per-rank stream: skrl's wrapper would reseed it with key 0 at the first reset
+  (``wrap_isaaclab_env``).
 * **Output.** Experiment directory = run directory; skrl writes TensorBoard and checkpoints on
   rank 0 only; the final checkpoint is skrl's own JAX format (a pickled dict of
   ``flax.serialization`` bytes per module, what ``agent.load`` reads), written atomically.
@@ -58,7 +60,13 @@ from skrl.models.jax.base import Model, _unvectorize_leaves, _vectorize_leaves
 from skrl.resources.preprocessors.jax import RunningStandardScaler
 from skrl.utils.runner.jax import Runner
 
-from islab.libs._skrl_common import EpisodeReturnMixin, SkrlAdapter, pooled_moments, runner_config
+from islab.libs._skrl_common import (
+    EpisodeReturnMixin,
+    SkrlAdapter,
+    pooled_moments,
+    runner_config,
+    wrap_isaaclab_env,
+)
 from islab.libs.fused_sync import PrefetchedBatches, use_fused_sync
 
 
@@ -319,7 +327,7 @@ class SkrlJaxAdapter(SkrlAdapter):
         cfg = runner_config(
             self.agent_cfg, base_seed=ctx.base_seed, run_dir=self.run_dir, scaler_class=SyncedRunningStandardScaler
         )
-        runner = IslabRunner(wrap_env(self.env, wrapper="isaaclab"), cfg)
+        runner = IslabRunner(wrap_isaaclab_env(wrap_env, self.env), cfg)
         self.fused_sync = use_fused_sync(ctx.distributed) and isinstance(runner.agent, TrackedPPO)
         runner.agent.fused_sync = self.fused_sync
         return runner
