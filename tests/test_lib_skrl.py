@@ -248,6 +248,22 @@ def test_jax_two_ranks_end_with_identical_policies(tmp_path: Path) -> None:
 
 
 @needs_jax
+def test_jax_cuda_rank_without_a_gpu_backend_fails(tmp_path: Path) -> None:
+    """A cuda rank whose JAX has no GPU backend (plain jax on Linux) must fail, not train on the CPU."""
+    import dataclasses
+
+    from adapters import single_rank
+
+    from islab.libs import load_adapter
+
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # what plain jax gives on a GPU node: backend 'cpu'
+    ctx = dataclasses.replace(single_rank(0), device="cuda:0", backend="nccl", rank=0)
+    env = make_env(TASK, 8, "cpu", seed=0)  # never used: the check comes first
+    with pytest.raises(RuntimeError, match=r"rank 0: .*JAX's backend is 'cpu'.*jax\[cuda12\]"):
+        load_adapter("skrl", "jax")(ctx, env, load_agent_config("skrl", TASK), tmp_path / "run")
+
+
+@needs_jax
 def test_jax_collectives_are_compiled_once() -> None:
     """skrl builds ``jax.pmap(lambda ...)`` anew per gradient and KL reduction; ours are cached."""
     os.environ.setdefault("JAX_PLATFORMS", "cpu")

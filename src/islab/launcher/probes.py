@@ -160,13 +160,16 @@ class Runtime:
     # applies CUDA_VISIBLE_DEVICES (absent GPUs named there are not counted) and MIG (nvidia-smi -L
     # lists physical GPUs; CUDA shows one device per MIG instance it may use). None: not probed.
     cuda_devices: int | None = None
+    # jax.default_backend() ("gpu", "cpu", ...) when JAX was probed (skrl-JAX runs); None otherwise
+    # or when jax could not be imported.
+    jax_backend: str | None = None
     error: str | None = None
 
 
 PROBE = r"""
 import importlib.metadata as md, json, sys
 out = {"python": sys.version.split()[0], "versions": {}, "torch_cuda": None, "nccl": None, "gloo": None,
-       "cuda_devices": None, "error": None}
+       "cuda_devices": None, "jax_backend": None, "error": None}
 for name in DISTRIBUTIONS:
     try:
         out["versions"][name] = md.version(name)
@@ -183,16 +186,27 @@ try:
         out["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
 except Exception as exc:
     out["error"] = f"{type(exc).__name__}: {exc}"
+if PROBE_JAX:
+    try:
+        import jax
+        out["jax_backend"] = jax.default_backend()
+    except Exception:
+        pass
 print(json.dumps(out))
 """
 
 
 def probe_runtime(
-    python: str, run: Callable[..., Any] = subprocess.run, environ: Mapping[str, str] | None = None
+    python: str,
+    run: Callable[..., Any] = subprocess.run,
+    environ: Mapping[str, str] | None = None,
+    *,
+    jax: bool = False,
 ) -> Runtime:
     """Run :data:`PROBE` with the ranks' interpreter (it may be Isaac Sim's, not ours) in the ranks'
-    environment (``environ``: the spec's env over this shell's; None: this shell's)."""
-    script = f"DISTRIBUTIONS = {VERSION_DISTRIBUTIONS!r}\n{PROBE}"
+    environment (``environ``: the spec's env over this shell's; None: this shell's). ``jax``: also
+    import jax and report its backend (a second or two; only skrl-JAX runs need it)."""
+    script = f"DISTRIBUTIONS = {VERSION_DISTRIBUTIONS!r}\nPROBE_JAX = {jax!r}\n{PROBE}"
     env = None if environ is None else dict(environ)
     try:
         result = run(
@@ -214,5 +228,6 @@ def probe_runtime(
         nccl=data.get("nccl"),
         gloo=data.get("gloo"),
         cuda_devices=data.get("cuda_devices"),
+        jax_backend=data.get("jax_backend"),
         error=data.get("error"),
     )

@@ -8,6 +8,9 @@ What skrl expects, and what this module does about it:
   ``jax.distributed.initialize`` (on CPU the collectives run over gloo). There is no torch
   process group. The worker sets ``JAX_PLATFORMS=cpu`` for CPU runs and
   ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` so JAX does not grab the GPU memory the env needs.
+* **GPU backend.** Plain ``jax`` (our ``[jax]`` extra) has no GPU backend on Linux and skrl only
+  warns, so a cuda rank would train its learner on the CPU: a cuda rank whose
+  ``jax.default_backend()`` is not ``gpu`` fails instead (``pip install "jax[cuda12]"``).
 * **Environment.** skrl's JAX ``wrap_env(env, wrapper="isaaclab")`` takes the torch env and
   moves tensors through DLPack (through host memory when JAX runs on CPU).
 * **Missing import (skrl 2.1.1).** ``Model.broadcast_parameters`` uses
@@ -68,6 +71,7 @@ from islab.libs._skrl_common import (
     wrap_isaaclab_env,
 )
 from islab.libs.fused_sync import PrefetchedBatches, use_fused_sync
+from islab.libs.registry import jax_backend_fix, jax_backend_problem
 
 
 # -- collectives across processes, compiled once ------------------------------------------------
@@ -316,6 +320,9 @@ class SkrlJaxAdapter(SkrlAdapter):
 
     def _build_runner(self) -> IslabRunner:
         ctx = self.ctx
+        problem = jax_backend_problem(ctx.device, jax.default_backend())
+        if problem is not None:
+            raise RuntimeError(f"rank {ctx.rank}: {problem}. {jax_backend_fix()}")
         if ctx.distributed and skrl.config.jax.world_size != ctx.world_size:
             raise RuntimeError(
                 f"skrl-JAX sees world size {skrl.config.jax.world_size}, the worker {ctx.world_size}: "
