@@ -38,6 +38,8 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from islab.budget import rollout_length
 from islab.envs.base import DirectRLEnv
 from islab.libs.base import LibraryAdapter, TrainResult
@@ -121,19 +123,21 @@ class EpisodeReturnMixin:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # one iteration's worth of steps
-        self.recent_episode_returns: deque[float] = deque(maxlen=int(self.cfg.rollouts))
+        # one iteration's worth of steps; device tensors, read once per iteration (no per-step sync)
+        self.recent_episode_returns: deque[Any] = deque(maxlen=int(self.cfg.rollouts))
         self.timestep_offset = 0  # N * rollouts after a resume at iteration N
 
     def record_transition(self, *, infos: Any, **kwargs: Any) -> None:
         log = infos.get("log") if isinstance(infos, dict) else None
         if log and "episode_return" in log:
-            self.recent_episode_returns.append(float(log["episode_return"]))
+            self.recent_episode_returns.append(log["episode_return"])
         super().record_transition(infos=infos, **kwargs)
 
     def mean_episode_return(self) -> float | None:
         returns = self.recent_episode_returns
-        return sum(returns) / len(returns) if returns else None
+        if not returns:
+            return None
+        return float(torch.stack([torch.as_tensor(value).float() for value in returns]).mean())
 
     def post_interaction(self, *, timestep: int, timesteps: int) -> None:
         offset = self.timestep_offset
