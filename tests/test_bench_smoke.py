@@ -63,3 +63,21 @@ def test_probe_recognizes_only_worker_ranks() -> None:
     assert not is_worker(["python", "-m", "torch.distributed.run", "-m", "islab.worker"])
     assert not is_worker(["python", "-m", "skrl.utils.distributed.jax", "/x/islab/worker/__main__.py"])
     assert not is_worker(["/venv/bin/islab-train", "--dry-run"])
+
+
+def test_probe_timings_wait_for_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CUDA kernel or NCCL call returns when queued: a timed call synchronizes before and after it,
+    or NCCL time reads ~0 and the env share is inflated. (CPU-checkable: the synchronize is recorded.)"""
+    import torch
+
+    sys.path.insert(0, str(ROOT / "scripts" / "bench_hooks"))
+    import _islab_bench_probe as probe
+
+    events: list[str] = []
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: events.append("synchronize"))
+    monkeypatch.setitem(probe.RECORDS, "collective", [])
+    timed = probe._timed(lambda: events.append("all_reduce"), "collective", "all_reduce")
+    timed()
+    assert events == ["synchronize", "all_reduce", "synchronize"]
+    assert [name for _, _, name in probe.RECORDS["collective"]] == ["all_reduce"]

@@ -46,3 +46,42 @@ def test_cpu_threads_share_the_cores_unless_told() -> None:
     assert cpu_threads_per_rank(1, environ={}) == cores
     assert cpu_threads_per_rank(cores * 2, environ={}) == 1
     assert cpu_threads_per_rank(1, environ={"ISLAB_THREADS_PER_RANK": "3"}) == 3
+
+
+def test_each_local_rank_takes_its_own_gpu() -> None:
+    from islab.worker.context import cuda_device_for
+
+    assert [cuda_device_for(r, 4, "torchrun", rank=r) for r in range(4)] == ["cuda:0", "cuda:1", "cuda:2", "cuda:3"]
+    assert cuda_device_for(1, 2, "skrl-jax", rank=1) == "cuda:1"
+
+
+def test_one_visible_gpu_per_rank_is_cuda_0() -> None:
+    """A launcher that binds one GPU to each rank (SLURM --gpus-per-task) leaves each rank one."""
+    from islab.worker.context import cuda_device_for
+
+    assert cuda_device_for(3, 1, "torchrun", rank=7) == "cuda:0"
+
+
+@pytest.mark.parametrize(
+    ("local_rank", "visible", "launcher"),
+    [
+        (2, 2, "torchrun"),  # hand-started torchrun with more ranks than GPUs
+        (4, 3, "single"),  # CUDA_VISIBLE_DEVICES naming GPUs that are absent
+        (1, 1, "skrl-jax"),  # JAX picks its GPU by local rank: never share cuda:0
+    ],
+)
+def test_a_rank_never_silently_shares_a_gpu(local_rank: int, visible: int, launcher: str) -> None:
+    from islab.worker.context import cuda_device_for
+
+    with pytest.raises(RuntimeError, match=rf"rank 5 \(local rank {local_rank}\).* sees {visible} CUDA device"):
+        cuda_device_for(local_rank, visible, launcher, rank=5)
+
+
+def test_resolve_device_reads_the_runtime_count_and_the_rank() -> None:
+    from islab.worker.context import resolve_device
+
+    assert resolve_device("cpu", 3) == "cpu"
+    assert resolve_device("cuda:1", 0) == "cuda:1"  # an explicit device is taken as given
+    assert resolve_device("cuda", 1, "torchrun", visible=2, rank=3) == "cuda:1"
+    with pytest.raises(RuntimeError, match=r"rank 3 \(local rank 2\)"):
+        resolve_device("cuda", 2, "torchrun", visible=2, rank=3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -50,6 +51,29 @@ def test_gpus_against_processes():
     assert too_many.status == "fail" and "--gpus 2" in too_many.fix
     assert doctor.check_gpus(spec(device="cuda"), 0).status == "fail"
     assert doctor.check_gpus(spec(device="cpu", nproc_per_node=2), 0).status == "pass"
+
+
+def test_gpus_are_counted_as_the_ranks_runtime_sees_them():
+    """nvidia-smi -L lists a MIG-partitioned GPU once and CUDA_VISIBLE_DEVICES may name absent GPUs:
+    the probed torch count decides, since each rank resolves its GPU from that view."""
+    two = spec(device="cuda", nproc_per_node=2)
+    short = doctor.check_gpus(two, 2, runtime(cuda_devices=1))
+    assert short.status == "fail" and "--gpus 1" in short.fix
+    assert "ranks' interpreter sees 1" in short.detail and "suggest 2" in short.detail
+    assert doctor.check_gpus(two, 1, runtime(cuda_devices=2)).status == "pass"
+    assert doctor.check_gpus(two, 2, runtime(cuda_devices=None)).status == "pass"  # not probed: the cheap count
+
+
+def test_jax_backend_must_be_gpu_for_a_cuda_skrl_jax_run():
+    """Plain jax (the [jax] extra) has no GPU backend on Linux: skrl would train on the CPU."""
+    jax_gpu = spec(lib="skrl", ml_framework="jax", device="cuda")
+    on_cpu = doctor.check_jax_backend(jax_gpu, runtime(jax_backend="cpu"))
+    assert on_cpu.status == "fail" and "'cpu'" in on_cpu.detail and 'jax[cuda12]' in on_cpu.fix
+    assert doctor.check_jax_backend(jax_gpu, runtime(jax_backend="gpu")).status == "pass"
+    assert doctor.check_jax_backend(jax_gpu, runtime(jax_backend=None)).status == "fail"
+    jax_cpu = spec(lib="skrl", ml_framework="jax", device="cpu", nproc_per_node=2)
+    assert doctor.check_jax_backend(jax_cpu, runtime(jax_backend="cpu")).detail == "jax.default_backend() = 'cpu'"
+    assert doctor.check_jax_backend(spec(device="cuda"), runtime()).status == "skip"  # no JAX in rsl_rl
 
 
 def test_backend_nccl_for_gpus_gloo_for_cpu():
@@ -148,6 +172,12 @@ def test_probe_runtime_reads_the_ranks_interpreter():
     real = probes.probe_runtime(sys.executable)
     assert real.python == sys.version.split()[0]
     assert real.versions["islab-train"] and real.gloo is True
+    assert real.jax_backend is None  # JAX is probed only when asked (skrl-JAX runs)
+    has_jax = importlib.util.find_spec("jax") is not None
+    ranks_env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "JAX_PLATFORMS": "cpu"}
+    hidden = probes.probe_runtime(sys.executable, environ=ranks_env, jax=has_jax)
+    assert hidden.cuda_devices == 0  # the ranks' environment (the spec's env:) reaches the probe
+    assert hidden.jax_backend == ("cpu" if has_jax else None)
     missing = probes.probe_runtime("/nonexistent/python")
     assert missing.python is None and "cannot run" in (missing.error or "")
     crashed = probes.probe_runtime(

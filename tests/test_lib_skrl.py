@@ -20,6 +20,7 @@ import torch
 from adapters import TASK, build_adapter
 
 from islab.agent_config import load_agent_config
+from islab.envs import make_env
 from islab.launcher.probes import find_free_port
 from islab.libs._skrl_common import pooled_moments, runner_config
 from islab.libs.base import state_digest
@@ -145,6 +146,43 @@ def test_torch_two_ranks_end_with_identical_policies(tmp_path: Path) -> None:
     assert len(digests) == 1, "ranks hold different policies (weights or normalizer)"
 
 
+def trainer_first_observations(adapter) -> np.ndarray:
+    """What skrl's trainer sees first: the first reset of its Isaac Lab wrapper."""
+    observations, _ = adapter.runner.trainer.env.reset()
+    return np.asarray(observations)
+
+
+def env_reset_observations(seed: int | None = None, state: torch.Tensor | None = None) -> np.ndarray:
+    env = make_env(TASK, 32, "cpu", seed=seed)
+    if state is not None:
+        env.generator.set_state(state)
+    return env.reset()[0]["policy"].numpy()
+
+
+@pytest.mark.parametrize("framework", ["torch", pytest.param("jax", marks=needs_jax)])
+def test_each_rank_keeps_its_env_stream(framework: str, tmp_path: Path) -> None:
+    """Ranks 0 and 1 of a job with base seed 3 build their envs with seeds 3 and 4; skrl's wrapper
+    must not reseed both with its key 0 at the first reset (all ranks would draw the same)."""
+    rank0 = trainer_first_observations(build(framework, tmp_path / "r0", seed=3))
+    rank1 = trainer_first_observations(build(framework, tmp_path / "r1", seed=4))
+    assert not np.allclose(rank0, rank1), "two ranks start from the same env states"
+    np.testing.assert_allclose(rank1, env_reset_observations(seed=4), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("framework", ["torch", pytest.param("jax", marks=needs_jax)])
+def test_resume_continues_the_stored_env_stream(framework: str, tmp_path: Path) -> None:
+    """A resume restores the env generator before training (islab.worker.checkpoint.restore_rng);
+    the trainer's first reset must draw from it, not from a fresh seed."""
+    elsewhere = make_env(TASK, 32, "cpu", seed=99)
+    elsewhere.reset()  # a stream some way along, as a checkpoint stores it
+    stored = elsewhere.generator.get_state()
+    adapter = build(framework, tmp_path / "run", seed=3)
+    adapter.env.generator.set_state(stored)
+    np.testing.assert_allclose(
+        trainer_first_observations(adapter), env_reset_observations(state=stored), rtol=0, atol=1e-6
+    )
+
+
 # -- skrl-JAX --------------------------------------------------------------------------------
 
 
@@ -207,6 +245,22 @@ def test_jax_two_ranks_end_with_identical_policies(tmp_path: Path) -> None:
     digests = {json.loads(path.read_text())["policy_sha256"] for path in paths}
     assert len(digests) == 1, "ranks hold different policies (weights or normalizer)"
     assert (run_dir / "checkpoints" / "agent_final.pickle").is_file()
+
+
+@needs_jax
+def test_jax_cuda_rank_without_a_gpu_backend_fails(tmp_path: Path) -> None:
+    """A cuda rank whose JAX has no GPU backend (plain jax on Linux) must fail, not train on the CPU."""
+    import dataclasses
+
+    from adapters import single_rank
+
+    from islab.libs import load_adapter
+
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # what plain jax gives on a GPU node: backend 'cpu'
+    ctx = dataclasses.replace(single_rank(0), device="cuda:0", backend="nccl", rank=0)
+    env = make_env(TASK, 8, "cpu", seed=0)  # never used: the check comes first
+    with pytest.raises(RuntimeError, match=r"rank 0: .*JAX's backend is 'cpu'.*jax\[cuda12\]"):
+        load_adapter("skrl", "jax")(ctx, env, load_agent_config("skrl", TASK), tmp_path / "run")
 
 
 @needs_jax

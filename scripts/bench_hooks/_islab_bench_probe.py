@@ -12,7 +12,11 @@ Wraps, before the worker imports any RL library:
   a rank that waits in a collective, or is not scheduled, uses less than 1).
 
 At exit it writes ``<ISLAB_BENCH_TIMINGS>/rank_<R>.json``. All times are ``time.perf_counter()``
-seconds of this process. The overhead is two clock reads per wrapped call.
+seconds of this process. The overhead is two clock reads per wrapped call, and on a CUDA rank two
+``torch.cuda.synchronize()``: a kernel or an NCCL collective returns as soon as it is queued, so
+without them an NCCL all_reduce reads ~0 and its time (and any queued compute) lands in whatever
+waits next, e.g. the env step, inflating the env share. The syncs serialize the timed calls with
+the GPU, which is what attributing time to them means.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import atexit
 import functools
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,15 +47,24 @@ COLLECTIVES = (
 )
 
 
+def synchronize_cuda() -> None:
+    """Wait for this process's queued CUDA work, when it uses CUDA (see the module docstring)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 def _timed(function: Callable[..., Any], bucket: str, name: str, block: bool = False) -> Callable[..., Any]:
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        synchronize_cuda()  # queued work before the call is not the call's
         start = time.perf_counter()
         result = function(*args, **kwargs)
         if block:
             import jax
 
             result = jax.block_until_ready(result)
+        synchronize_cuda()  # the call's kernels / NCCL transfer have finished
         RECORDS[bucket].append((start, time.perf_counter() - start, name))
         return result
 

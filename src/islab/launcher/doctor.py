@@ -48,7 +48,7 @@ from islab.launcher.probes import (
     visible_gpu_count,
 )
 from islab.launcher.spec import RunSpec
-from islab.libs.registry import LIBRARIES, launcher_of
+from islab.libs.registry import LIBRARIES, env_fixes, jax_backend_fix, jax_backend_problem, launcher_of
 
 Status = Literal["pass", "warn", "fail", "skip"]
 GIB = 1024**3
@@ -154,7 +154,9 @@ def gather_facts(
     nvidia_smi = runtime = None
     if full:
         nvidia_smi = read_nvidia_smi()
-        runtime = probe_runtime(spec.python)
+        # the ranks' environment: the library's fixes (JAX_PLATFORMS=cpu ...) under the user's values
+        ranks_environ = {**env_fixes(spec.lib, spec.ml_framework, spec.device), **environ, **spec.env}
+        runtime = probe_runtime(spec.python, environ=ranks_environ, jax=spec.ml_framework == "jax")
     return Facts(
         spec=spec,
         node_rank=node_rank,
@@ -188,8 +190,19 @@ def check_os(platform: str, device: str = "cuda") -> Check:
     )  # fmt: skip
 
 
-def check_gpus(spec: RunSpec, visible_gpus: int) -> Check:
+def check_gpus(spec: RunSpec, visible_gpus: int, runtime: Runtime | None = None) -> Check:
+    """``visible_gpus`` is the launcher's torch-free count (CUDA_VISIBLE_DEVICES entries, else the
+    GPUs of ``nvidia-smi -L``); when the ranks' interpreter was probed, its own count decides, as a
+    rank resolves its GPU from that view (absent GPUs named in CUDA_VISIBLE_DEVICES, MIG)."""
     name = "GPUs vs processes"
+    runtime_count = runtime.cuda_devices if runtime is not None else None
+    if spec.device == "cuda" and runtime_count is not None and runtime_count != visible_gpus:
+        checked = check_gpus(spec, runtime_count)
+        note = (
+            f" (torch in the ranks' interpreter sees {runtime_count}; "
+            f"CUDA_VISIBLE_DEVICES / nvidia-smi -L suggest {visible_gpus})"
+        )
+        return Check(name, checked.status, checked.detail + note, checked.fix)
     if spec.device == "cpu":
         return Check(name, "pass", f"{spec.nproc_per_node} CPU process(es) per node; {visible_gpus} GPU(s) visible")
     issue = gpu_issue(spec, visible_gpus)
@@ -338,6 +351,21 @@ def check_versions(spec: RunSpec, runtime: Runtime | None) -> Check:
     return Check(name, "pass", ", ".join(shown), "Compare this row across nodes: versions must match")
 
 
+def check_jax_backend(spec: RunSpec, runtime: Runtime | None) -> Check:
+    """skrl-JAX: the backend JAX trains on in the ranks' interpreter; a cuda run needs ``gpu``."""
+    name = "JAX backend"
+    if spec.ml_framework != "jax":
+        return Check(name, "skip", f"{spec.lib}/{spec.ml_framework} does not use JAX")
+    if runtime is None:
+        return Check(name, "skip", "not probed")
+    problem = jax_backend_problem(spec.device, runtime.jax_backend)
+    if problem is not None:
+        return Check(name, "fail", problem, jax_backend_fix(spec.python))
+    if runtime.jax_backend is None:
+        return Check(name, "fail", "the ranks' interpreter cannot import jax", f"pip install jax into {spec.python}")
+    return Check(name, "pass", f"jax.default_backend() = {runtime.jax_backend!r}")
+
+
 def driver_cuda_version(nvidia_smi_text: str) -> tuple[int, int] | None:
     """The "CUDA Version: 12.4" of ``nvidia-smi``'s header: the newest CUDA the driver runs."""
     match = _CUDA_VERSION.search(nvidia_smi_text)
@@ -406,7 +434,7 @@ class CheckDef:
 
 CHECKS: tuple[CheckDef, ...] = (
     CheckDef("operating system", lambda facts: check_os(facts.platform, facts.spec.device)),
-    CheckDef("GPUs vs processes", lambda facts: check_gpus(facts.spec, facts.visible_gpus)),
+    CheckDef("GPUs vs processes", lambda facts: check_gpus(facts.spec, facts.visible_gpus, facts.runtime)),
     CheckDef("collective backend", lambda facts: check_backend(facts.spec, facts.runtime)),
     CheckDef("driver vs torch CUDA", lambda facts: check_driver_cuda(facts.spec, facts.nvidia_smi, facts.runtime)),
     CheckDef("rendezvous address", lambda facts: check_resolves(facts.rendezvous), before_launch=True),
@@ -414,6 +442,7 @@ CHECKS: tuple[CheckDef, ...] = (
     CheckDef("rendezvous exposure", lambda facts: check_exposure(facts.rendezvous), before_launch=True),
     CheckDef("socket interfaces", lambda facts: check_ifnames(facts.socket_env, facts.interfaces), before_launch=True),
     CheckDef("versions", lambda facts: check_versions(facts.spec, facts.runtime)),
+    CheckDef("JAX backend", lambda facts: check_jax_backend(facts.spec, facts.runtime)),
     CheckDef("disk space", lambda facts: check_disk(facts.disk_path, facts.disk_free), before_launch=True),
 )
 # The names of the checks a real launch runs first.

@@ -156,13 +156,20 @@ class Runtime:
     torch_cuda: str | None = None  # torch.version.cuda; None for a CPU-only build
     nccl: str | None = None  # "2.21.5", None when torch has no NCCL
     gloo: bool | None = None
+    # torch.cuda.device_count() in the ranks' interpreter and environment: the runtime's view, which
+    # applies CUDA_VISIBLE_DEVICES (absent GPUs named there are not counted) and MIG (nvidia-smi -L
+    # lists physical GPUs; CUDA shows one device per MIG instance it may use). None: not probed.
+    cuda_devices: int | None = None
+    # jax.default_backend() ("gpu", "cpu", ...) when JAX was probed (skrl-JAX runs); None otherwise
+    # or when jax could not be imported.
+    jax_backend: str | None = None
     error: str | None = None
 
 
 PROBE = r"""
 import importlib.metadata as md, json, sys
 out = {"python": sys.version.split()[0], "versions": {}, "torch_cuda": None, "nccl": None, "gloo": None,
-       "error": None}
+       "cuda_devices": None, "jax_backend": None, "error": None}
 for name in DISTRIBUTIONS:
     try:
         out["versions"][name] = md.version(name)
@@ -173,20 +180,38 @@ try:
     import torch.distributed as dist
     out["torch_cuda"] = torch.version.cuda
     out["gloo"] = bool(dist.is_available() and dist.is_gloo_available())
+    out["cuda_devices"] = torch.cuda.device_count()
     if dist.is_available() and dist.is_nccl_available():
         version = torch.cuda.nccl.version()
         out["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
 except Exception as exc:
     out["error"] = f"{type(exc).__name__}: {exc}"
+if PROBE_JAX:
+    try:
+        import jax
+        out["jax_backend"] = jax.default_backend()
+    except Exception:
+        pass
 print(json.dumps(out))
 """
 
 
-def probe_runtime(python: str, run: Callable[..., Any] = subprocess.run) -> Runtime:
-    """Run :data:`PROBE` with the ranks' interpreter (it may be Isaac Sim's, not ours)."""
-    script = f"DISTRIBUTIONS = {VERSION_DISTRIBUTIONS!r}\n{PROBE}"
+def probe_runtime(
+    python: str,
+    run: Callable[..., Any] = subprocess.run,
+    environ: Mapping[str, str] | None = None,
+    *,
+    jax: bool = False,
+) -> Runtime:
+    """Run :data:`PROBE` with the ranks' interpreter (it may be Isaac Sim's, not ours) in the ranks'
+    environment (``environ``: the spec's env over this shell's; None: this shell's). ``jax``: also
+    import jax and report its backend (a second or two; only skrl-JAX runs need it)."""
+    script = f"DISTRIBUTIONS = {VERSION_DISTRIBUTIONS!r}\nPROBE_JAX = {jax!r}\n{PROBE}"
+    env = None if environ is None else dict(environ)
     try:
-        result = run([python, "-c", script], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False)
+        result = run(
+            [python, "-c", script], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False, env=env
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         return Runtime(error=f"cannot run {python}: {exc}")
     if result.returncode != 0:
@@ -202,5 +227,7 @@ def probe_runtime(python: str, run: Callable[..., Any] = subprocess.run) -> Runt
         torch_cuda=data.get("torch_cuda"),
         nccl=data.get("nccl"),
         gloo=data.get("gloo"),
+        cuda_devices=data.get("cuda_devices"),
+        jax_backend=data.get("jax_backend"),
         error=data.get("error"),
     )

@@ -16,6 +16,13 @@ and builds models, memory, agent and trainer from it. What a run must decide ins
   fall between updates; we write TensorBoard every iteration and about ten checkpoints a run.
   skrl itself turns both off on ranks > 0.
 * ``RunningStandardScaler``: replaced by a subclass that pools statistics across ranks.
+* The env's random stream: skrl's Isaac Lab wrappers remember ``config.{torch,jax}.key`` when
+  built and their first ``reset`` calls ``env.reset(seed=key)``. ``wrap_env`` runs before the
+  Runner's ``set_seed``, so that key is 0 on every rank (or whatever an earlier run in the process
+  left): every rank's env would draw the same stream, and a resume's restored env generator would be
+  overwritten. Our env is already seeded with the rank's seed when built (``make_env``) and, on
+  resume, restored from the checkpoint before training, so ``wrap_isaaclab_env`` makes that first
+  reset pass no seed. (The env itself keeps honouring ``reset(seed=...)``: gymnasium's contract.)
 
 Resume: skrl's trainer always counts timesteps from 0. After a resume at iteration N the agent
 sees timesteps shifted by ``N * rollouts`` (``timestep_offset``), so TensorBoard curves and skrl's
@@ -30,6 +37,8 @@ from abc import abstractmethod
 from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import torch
 
 from islab.budget import rollout_length
 from islab.envs.base import DirectRLEnv
@@ -78,6 +87,16 @@ def runner_config(agent_cfg: dict[str, Any], *, base_seed: int, run_dir: Path, s
     return cfg
 
 
+def wrap_isaaclab_env(wrap_env: Any, env: DirectRLEnv) -> Any:
+    """skrl's ``wrap_env(env, wrapper="isaaclab")`` (torch's or JAX's), its first reset made to keep
+    the env's own per-rank (or restored) random stream instead of reseeding it (module docstring)."""
+    wrapped = wrap_env(env, wrapper="isaaclab")
+    if not hasattr(wrapped, "_seed"):  # skrl 2.1.1's name; fail loudly if a new skrl renamed it
+        raise RuntimeError(f"{type(wrapped).__name__} has no _seed: check how this skrl seeds the env at reset")
+    wrapped._seed = None
+    return wrapped
+
+
 def pooled_moments(rows: Any) -> tuple[Any, Any, Any]:
     """Combine per-rank batch statistics into those of the union of all ranks' batches.
 
@@ -104,19 +123,21 @@ class EpisodeReturnMixin:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # one iteration's worth of steps
-        self.recent_episode_returns: deque[float] = deque(maxlen=int(self.cfg.rollouts))
+        # one iteration's worth of steps; device tensors, read once per iteration (no per-step sync)
+        self.recent_episode_returns: deque[Any] = deque(maxlen=int(self.cfg.rollouts))
         self.timestep_offset = 0  # N * rollouts after a resume at iteration N
 
     def record_transition(self, *, infos: Any, **kwargs: Any) -> None:
         log = infos.get("log") if isinstance(infos, dict) else None
         if log and "episode_return" in log:
-            self.recent_episode_returns.append(float(log["episode_return"]))
+            self.recent_episode_returns.append(log["episode_return"])
         super().record_transition(infos=infos, **kwargs)
 
     def mean_episode_return(self) -> float | None:
         returns = self.recent_episode_returns
-        return sum(returns) / len(returns) if returns else None
+        if not returns:
+            return None
+        return float(torch.stack([torch.as_tensor(value).float() for value in returns]).mean())
 
     def post_interaction(self, *, timestep: int, timesteps: int) -> None:
         offset = self.timestep_offset

@@ -22,6 +22,8 @@ JAX_ENV = MappingProxyType(
     {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
 )
 JAX_CPU_ENV = MappingProxyType({"JAX_PLATFORMS": "cpu"})
+# The [jax] extra installs plain jax: on Linux it has no GPU backend. GPU ranks need this instead.
+JAX_CUDA_INSTALL = 'pip install "jax[cuda12]"'
 
 
 @dataclass(frozen=True)
@@ -116,3 +118,19 @@ def apply_env_fixes(
     target = os.environ if environ is None else environ
     for name, value in env_fixes(lib, ml_framework, device).items():
         target.setdefault(name, value)
+
+
+def jax_backend_problem(device: str, backend: str | None) -> str | None:
+    """Why a skrl-JAX rank on ``device`` must not train with JAX's ``backend``
+    (``jax.default_backend()``; None: jax not importable), or None when it may. Without a GPU
+    backend skrl only logs a warning and its learner runs on the CPU, many times slower, on a GPU node."""
+    if not device.startswith("cuda") or backend == "gpu":
+        return None
+    return (
+        f"--device cuda with skrl-JAX, but JAX's backend is {backend or 'unavailable'!r}, not 'gpu': "
+        "the learner would train on the CPU"
+    )
+
+
+def jax_backend_fix(python: str = "the ranks' interpreter") -> str:
+    return f"Install JAX with CUDA support ({JAX_CUDA_INSTALL}) into {python}, or use --device cpu"

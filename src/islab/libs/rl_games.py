@@ -297,7 +297,7 @@ class EpisodeLogObserver(AlgoObserver):
 
     def __init__(self) -> None:
         self.writer = None
-        self.sums: dict[str, float] = {}
+        self.sums: dict[str, Any] = {}  # device tensors: summed per step, read once per epoch
         self.counts: dict[str, int] = {}
 
     def after_init(self, algo: Any) -> None:
@@ -307,14 +307,14 @@ class EpisodeLogObserver(AlgoObserver):
         if self.writer is None or not isinstance(infos, dict) or "log" not in infos:
             return
         for key, value in infos["log"].items():
-            self.sums[key] = self.sums.get(key, 0.0) + float(value)
+            self.sums[key] = self.sums.get(key, 0.0) + value  # no float(): a step never waits for the GPU
             self.counts[key] = self.counts.get(key, 0) + 1
 
     def after_print_stats(self, frame: int, epoch_num: int, total_time: float) -> None:
         if self.writer is None:
             return
         for key, total in self.sums.items():
-            self.writer.add_scalar(f"Episode/{key}", total / self.counts[key], epoch_num)
+            self.writer.add_scalar(f"Episode/{key}", float(total) / self.counts[key], epoch_num)
         self.sums.clear()
         self.counts.clear()
 

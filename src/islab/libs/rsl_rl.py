@@ -56,7 +56,6 @@ import contextlib
 import copy
 import inspect
 import time
-from collections import deque
 from collections.abc import Iterator
 from itertools import chain
 from pathlib import Path
@@ -75,9 +74,6 @@ from islab.envs.base import DirectRLEnv
 from islab.libs.base import LibraryAdapter, TrainResult, atomic_torch_save
 from islab.libs.fused_sync import all_reduce_float64, all_reduce_gradients_and, as_broadcast_float, use_fused_sync
 from islab.worker.context import RankContext, init_process_group
-
-# Episodes averaged for ``TrainResult.mean_return``; rsl_rl's own "Mean reward" uses 100 as well.
-RETURN_WINDOW = 100
 
 
 def fold_in(norm: EmpiricalNormalization, mean_x: torch.Tensor, var_x: torch.Tensor, count_x: torch.Tensor) -> None:
@@ -128,8 +124,8 @@ def use_global_normalizers(module: torch.nn.Module) -> int:
 class RslRlVecEnv(VecEnv):
     """Our ``DirectRLEnv`` seen through rsl_rl's ``VecEnv`` (as Isaac Lab's RslRlVecEnvWrapper does).
 
-    It also remembers the returns of the last finished episodes on this rank: rsl_rl keeps such a
-    buffer only on the logging rank, and every rank reports its own mean return.
+    It also sums the returns of the episodes this rank finishes, on the device (no per-step read):
+    rsl_rl keeps such a buffer only on the logging rank, and every rank reports its own mean return.
     """
 
     def __init__(self, env: DirectRLEnv) -> None:
@@ -139,8 +135,11 @@ class RslRlVecEnv(VecEnv):
         self.num_actions = int(env.single_action_space.shape[0])
         self.max_episode_length = env.max_episode_length
         self.device = env.device
-        self.episode_returns: deque[float] = deque(maxlen=RETURN_WINDOW)
         self._running_return = torch.zeros(env.num_envs, device=env.device)
+        # Returns of the episodes finished since the last mean_return(), summed on the device: a
+        # step never waits for the GPU; mean_return() reads them once per iteration.
+        self._finished = torch.zeros(2, dtype=torch.float64, device=env.device)  # [sum, count]
+        self._last_mean_return: float | None = None
         obs, _ = env.reset()  # rsl_rl never resets; the first get_observations() must be valid
         self._obs = TensorDict(obs, batch_size=[env.num_envs])
 
@@ -159,15 +158,21 @@ class RslRlVecEnv(VecEnv):
         obs, rewards, terminated, truncated, extras = self.env.step(actions)
         dones = terminated | truncated
         self._running_return += rewards
-        if dones.any():
-            self.episode_returns.extend(self._running_return[dones].tolist())
-            self._running_return[dones] = 0.0
+        finished_returns = torch.where(dones, self._running_return, 0.0).sum(dtype=torch.float64)
+        self._finished += torch.stack([finished_returns, dones.sum(dtype=torch.float64)])
+        self._running_return.masked_fill_(dones, 0.0)
         extras["time_outs"] = truncated
         self._obs = TensorDict(obs, batch_size=[self.num_envs])
         return self._obs, rewards, dones.to(torch.long), extras
 
     def mean_return(self) -> float | None:
-        return sum(self.episode_returns) / len(self.episode_returns) if self.episode_returns else None
+        """Mean return of the episodes this rank finished since the last call (one device read; call
+        once per iteration); the previous value when none finished."""
+        total, count = self._finished.tolist()
+        if count:
+            self._last_mean_return = total / count
+            self._finished.zero_()
+        return self._last_mean_return
 
 
 def library_syncs_normalizer() -> bool:

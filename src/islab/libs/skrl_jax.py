@@ -8,6 +8,9 @@ What skrl expects, and what this module does about it:
   ``jax.distributed.initialize`` (on CPU the collectives run over gloo). There is no torch
   process group. The worker sets ``JAX_PLATFORMS=cpu`` for CPU runs and
   ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` so JAX does not grab the GPU memory the env needs.
+* **GPU backend.** Plain ``jax`` (our ``[jax]`` extra) has no GPU backend on Linux and skrl only
+  warns, so a cuda rank would train its learner on the CPU: a cuda rank whose
+  ``jax.default_backend()`` is not ``gpu`` fails instead (``pip install "jax[cuda12]"``).
 * **Environment.** skrl's JAX ``wrap_env(env, wrapper="isaaclab")`` takes the torch env and
   moves tensors through DLPack (through host memory when JAX runs on CPU).
 * **Missing import (skrl 2.1.1).** ``Model.broadcast_parameters`` uses
@@ -22,7 +25,9 @@ What skrl expects, and what this module does about it:
 * **Normalizer drift.** As with torch, each rank's RunningStandardScaler would learn only from
   its own data; ``SyncedRunningStandardScaler`` gathers every rank's batch statistics and
   applies one pooled update on all ranks.
-* **Seed.** The Runner calls ``skrl.utils.set_seed(base_seed)``, which adds the JAX rank.
+* **Seed.** The Runner calls ``skrl.utils.set_seed(base_seed)``, which adds the JAX rank. The env
+  keeps its own per-rank stream: skrl's wrapper would reseed it with key 0 at the first reset
+  (``wrap_isaaclab_env``).
 * **Output.** Experiment directory = run directory; skrl writes TensorBoard and checkpoints on
   rank 0 only; the final checkpoint is skrl's own JAX format (a pickled dict of
   ``flax.serialization`` bytes per module, what ``agent.load`` reads), written atomically.
@@ -58,8 +63,15 @@ from skrl.models.jax.base import Model, _unvectorize_leaves, _vectorize_leaves
 from skrl.resources.preprocessors.jax import RunningStandardScaler
 from skrl.utils.runner.jax import Runner
 
-from islab.libs._skrl_common import EpisodeReturnMixin, SkrlAdapter, pooled_moments, runner_config
+from islab.libs._skrl_common import (
+    EpisodeReturnMixin,
+    SkrlAdapter,
+    pooled_moments,
+    runner_config,
+    wrap_isaaclab_env,
+)
 from islab.libs.fused_sync import PrefetchedBatches, use_fused_sync
+from islab.libs.registry import jax_backend_fix, jax_backend_problem
 
 
 # -- collectives across processes, compiled once ------------------------------------------------
@@ -308,6 +320,9 @@ class SkrlJaxAdapter(SkrlAdapter):
 
     def _build_runner(self) -> IslabRunner:
         ctx = self.ctx
+        problem = jax_backend_problem(ctx.device, jax.default_backend())
+        if problem is not None:
+            raise RuntimeError(f"rank {ctx.rank}: {problem}. {jax_backend_fix()}")
         if ctx.distributed and skrl.config.jax.world_size != ctx.world_size:
             raise RuntimeError(
                 f"skrl-JAX sees world size {skrl.config.jax.world_size}, the worker {ctx.world_size}: "
@@ -319,7 +334,7 @@ class SkrlJaxAdapter(SkrlAdapter):
         cfg = runner_config(
             self.agent_cfg, base_seed=ctx.base_seed, run_dir=self.run_dir, scaler_class=SyncedRunningStandardScaler
         )
-        runner = IslabRunner(wrap_env(self.env, wrapper="isaaclab"), cfg)
+        runner = IslabRunner(wrap_isaaclab_env(wrap_env, self.env), cfg)
         self.fused_sync = use_fused_sync(ctx.distributed) and isinstance(runner.agent, TrackedPPO)
         runner.agent.fused_sync = self.fused_sync
         return runner

@@ -16,6 +16,8 @@ What skrl expects, and what this module does about it:
   ``skrl.config.torch`` from the RankContext.
 * **Seed.** The Runner calls ``skrl.utils.set_seed(cfg["seed"])``, which adds the rank itself:
   we pass the base seed, so each rank ends seeded once with base + rank (what the worker used).
+  The env keeps its own per-rank stream: skrl's wrapper would reseed it with key 0 at the first
+  reset (``wrap_isaaclab_env``).
 * **Normalizer drift.** skrl's RunningStandardScaler learns from each rank's own data, so the
   ranks' observation normalizers drift apart (0.019 measured) and so do their policies' inputs.
   ``SyncedRunningStandardScaler`` pools each batch's statistics across ranks before updating,
@@ -39,7 +41,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from islab.libs._skrl_common import EpisodeReturnMixin, SkrlAdapter, pooled_moments, runner_config
+from islab.libs._skrl_common import (
+    EpisodeReturnMixin,
+    SkrlAdapter,
+    pooled_moments,
+    runner_config,
+    wrap_isaaclab_env,
+)
 from islab.libs.base import atomic_torch_save
 from islab.libs.fused_sync import PrefetchedBatches, all_reduce_gradients_and, use_fused_sync
 
@@ -297,7 +305,7 @@ class SkrlTorchAdapter(SkrlAdapter):
         cfg = runner_config(
             self.agent_cfg, base_seed=ctx.base_seed, run_dir=self.run_dir, scaler_class=SyncedRunningStandardScaler
         )
-        runner = IslabRunner(wrap_env(self.env, wrapper="isaaclab"), cfg)
+        runner = IslabRunner(wrap_isaaclab_env(wrap_env, self.env), cfg)
         self.fused_sync = use_fused_sync(ctx.distributed) and isinstance(runner.agent, TrackedPPO)
         if self.fused_sync:
             runner.agent.fused_sync = True

@@ -75,24 +75,48 @@ class RankContext:
             local_rank=local_rank,
             world_size=world_size,
             local_world_size=local_world_size,
-            device=resolve_device(device, local_rank),
+            device=resolve_device(device, local_rank, launcher, rank=rank),
             backend="nccl" if device.startswith("cuda") else "gloo",
             base_seed=base_seed,
             launcher=launcher,
         )
 
 
-def resolve_device(device: str, local_rank: int) -> str:
-    """``cuda`` -> ``cuda:{LOCAL_RANK}`` among the visible GPUs (CUDA_VISIBLE_DEVICES is applied by
-    CUDA itself). A launcher that gives each rank exactly one visible GPU gets ``cuda:0``."""
+def resolve_device(
+    device: str, local_rank: int, launcher: str = "single", *, visible: int | None = None, rank: int | None = None
+) -> str:
+    """``cuda`` -> ``cuda:{LOCAL_RANK}`` among the GPUs this process sees (``visible``; default
+    ``torch.cuda.device_count()``, the runtime's view after CUDA_VISIBLE_DEVICES and MIG).
+
+    A launcher that gives each rank exactly one visible GPU (SLURM's per-task binding) makes every
+    rank's GPU ``cuda:0``: with exactly one visible device that is the answer. Any other shortfall
+    (torchrun started by hand with more ranks than GPUs, a CUDA_VISIBLE_DEVICES naming absent GPUs,
+    MIG showing one instance) would put several ranks on one GPU, silently: an error instead. A
+    skrl-JAX rank never falls back: JAX picks its own GPU by local rank, so the env would sit on
+    another GPU than the learner."""
     if not device.startswith("cuda"):
         return "cpu"
     if ":" in device:
         return device
-    visible = torch.cuda.device_count()
+    if visible is None:
+        visible = torch.cuda.device_count()
+    return cuda_device_for(local_rank, visible, launcher, rank=local_rank if rank is None else rank)
+
+
+def cuda_device_for(local_rank: int, visible: int, launcher: str, *, rank: int) -> str:
+    """The rule of ``resolve_device``, pure: which ``cuda:K`` this local rank takes, or why none."""
     if visible == 0:
-        raise RuntimeError("device 'cuda' was requested but no CUDA device is visible to this rank")
-    return f"cuda:{local_rank}" if local_rank < visible else "cuda:0"
+        raise RuntimeError(f"device 'cuda' was requested but no CUDA device is visible to rank {rank}")
+    if local_rank < visible:
+        return f"cuda:{local_rank}"
+    if visible == 1 and launcher != "skrl-jax":
+        return "cuda:0"  # one GPU per rank, bound by the launcher: every rank's GPU is cuda:0
+    raise RuntimeError(
+        f"rank {rank} (local rank {local_rank}) has no GPU of its own: this process sees {visible} CUDA device(s) "
+        f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}), so it would share one "
+        "with another rank. Start at most one rank per visible GPU (islab-train --gpus N), or make "
+        "CUDA_VISIBLE_DEVICES name GPUs that exist (nvidia-smi -L; a MIG instance counts as one)"
+    )
 
 
 THREADS_VARIABLE = "ISLAB_THREADS_PER_RANK"
