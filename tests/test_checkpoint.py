@@ -180,6 +180,7 @@ class TinyAdapter:
     def __init__(self) -> None:
         self.env = type("Env", (), {"generator": torch.Generator().manual_seed(0)})()
         self.weights = torch.zeros(2)
+        self.job_env_steps = 0
 
     def extra_rng_state(self) -> dict:
         return {}

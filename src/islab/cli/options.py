@@ -39,6 +39,7 @@ LibChoice = _choice("LibChoice", CHOICES["lib"])
 FrameworkChoice = _choice("FrameworkChoice", CHOICES["ml_framework"])
 DeviceChoice = _choice("DeviceChoice", CHOICES["device"])
 RdzvChoice = _choice("RdzvChoice", CHOICES["rendezvous.backend"])
+LoggerChoice = _choice("LoggerChoice", CHOICES["logger"])
 
 
 def spec_default(field: str) -> Any:
@@ -189,6 +190,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("--checkpoint-interval", "Iterations between checkpoints (atomic; the last iteration is always saved; "
            "0: only at the end). An elastic restart (--max-restarts) resumes from the latest.", PANEL_OUTPUT,
            "checkpoint_interval", int, "Default: {}.", metavar="N"),
+    Option("--logger", "Where rank 0 logs each iteration (env steps, mean return, steps/s, losses). The "
+           "libraries always write TensorBoard event files into the run directory; wandb (the [wandb] extra) also "
+           "logs to one Weights & Biases run per run directory, step = env steps of the whole job, continued by "
+           "--resume RUN_DIR (WANDB_MODE=offline: files only, under <run_dir>/wandb).", PANEL_OUTPUT, "logger",
+           LoggerChoice, "Default: {}."),
     Option("--python", "Interpreter for the launcher and the ranks, e.g. ${ISAACSIM_PYTHON_EXE}.", PANEL_OUTPUT,
            "python", str, "[default: this interpreter]"),
     Option("--dry-run", "Print the commands (with where each value came from) and exit.", PANEL_OUTPUT, kind=bool,

@@ -344,7 +344,8 @@ class RslRlAdapter(LibraryAdapter):
         def log_and_report(*, it: int, start_it: int, total_it: int, **kwargs: Any) -> None:
             log_iteration(it=it, start_it=start_it, total_it=total_it, **kwargs)
             done = it - start_it + 1
-            self.report_iteration(it + 1, total_it, done * steps_per_iteration, self.vec_env.mean_return())
+            losses = {name: value for name, value in kwargs.get("loss_dict", {}).items() if isinstance(value, float)}
+            self.report_iteration(it + 1, total_it, done * steps_per_iteration, self.vec_env.mean_return(), losses)
 
         self.runner.logger.log = log_and_report
 

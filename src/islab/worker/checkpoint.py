@@ -18,6 +18,7 @@ None, lists, tuples and dicts only; nothing is unpickled)::
      "lib": "rsl_rl", "ml_framework": "torch", "task": "Islab-Cartpole-v0",
      "observation_shape": [4], "action_shape": [1],
      "iteration": N,                 # training iterations completed (1-based count)
+     "job_env_steps": S,             # env steps of all ranks since the run began, across resumes
      "policy_sha256": "...",         # state_digest(policy_state()) of rank 0 when written
      "spec": {...},                  # the worker's arguments, world_size, start/target iteration, job_id
      "rng": {"world_size": W, "ranks": [<rank 0 RNG>, ..., <rank W-1 RNG>]},
@@ -305,6 +306,7 @@ class Checkpointer:
             "format": FORMAT,
             **self.identity,
             "iteration": iteration,
+            "job_env_steps": adapter.job_env_steps,
             "policy_sha256": state_digest(adapter.policy_state()),
             "spec": self.spec,
             "rng": rng,
@@ -340,6 +342,8 @@ def restore(adapter: LibraryAdapter, checkpoint: Mapping[str, Any], rank: int) -
     the one stored (rank 0's policy when written): every rank starts from the saved policy."""
     adapter.load_library_state(checkpoint["library"])
     adapter.iteration = int(checkpoint["iteration"])
+    # older checkpoints lack it: the loggers' env-step axis then restarts from 0
+    adapter.job_env_steps = adapter.job_env_steps_at_start = int(checkpoint.get("job_env_steps", 0))
     ranks = checkpoint["rng"]["ranks"]
     if rank < len(ranks):
         restore_rng(ranks[rank], adapter.env.generator)
