@@ -185,6 +185,9 @@ class TinyAdapter:
     def extra_rng_state(self) -> dict:
         return {}
 
+    def rank_state(self) -> dict:
+        return {"env": {}, "episodes": {}}
+
     def policy_state(self) -> dict:
         return {"w": self.weights}
 

@@ -155,6 +155,39 @@ class LibraryAdapter(ABC):
         ``torch.jit.trace`` and ONNX export; independent of the library's live modules."""
         raise NotImplementedError(f"{type(self).__name__} cannot export its policy")
 
+    # -- per-rank state: the env and the episode statistics (each rank has its own) --------------
+
+    def rank_state(self) -> dict[str, Any]:
+        """This rank's env state (``env.state_dict()``) and episode statistics (``episode_stats``),
+        as CPU tensors and primitives; the checkpoint gathers it from every rank."""
+        return {"env": self.env.state_dict(), "episodes": self.episode_stats()}
+
+    def load_rank_state(self, state: dict[str, Any]) -> bool:
+        """Inverse of ``rank_state``, on a freshly built adapter before ``train``, so the envs go on
+        mid-episode and the reported mean return goes on from the saved windows. Returns whether
+        the env state was loaded: an env without one (mjlab) or of another env count starts from a
+        reset, and only the finished-episode windows are restored."""
+        env_state = state.get("env") or {}
+        restored = False
+        if env_state:
+            try:
+                self.env.load_state_dict(env_state)
+                restored = True
+            except ValueError as error:
+                print(f"[islab] rank {self.ctx.rank}: env state not restored, the envs start from a reset: {error}")
+        self.load_episode_stats(state.get("episodes") or {}, env_restored=restored)
+        return restored
+
+    def episode_stats(self) -> dict[str, Any]:
+        """What the adapter keeps to report the mean return: the windows of recent finished
+        episodes and the running per-env sums (this rank's)."""
+        return {}
+
+    def load_episode_stats(self, stats: dict[str, Any], *, env_restored: bool) -> None:
+        """Inverse of ``episode_stats``; per-env running sums only when ``env_restored`` (otherwise
+        the envs start new episodes). Also where an adapter refreshes observations it cached."""
+        del stats, env_restored
+
     def extra_rng_state(self) -> dict[str, Any]:
         """Library RNG state beyond torch/numpy/random/env (skrl-JAX's PRNG key), per rank."""
         return {}
