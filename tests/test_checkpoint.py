@@ -180,9 +180,13 @@ class TinyAdapter:
     def __init__(self) -> None:
         self.env = type("Env", (), {"generator": torch.Generator().manual_seed(0)})()
         self.weights = torch.zeros(2)
+        self.job_env_steps = 0
 
     def extra_rng_state(self) -> dict:
         return {}
+
+    def rank_state(self) -> dict:
+        return {"env": {}, "episodes": {}}
 
     def policy_state(self) -> dict:
         return {"w": self.weights}

@@ -14,6 +14,8 @@ Every run writes into one directory, chosen by the launcher (``<log_dir>/<run_na
                              every iteration; the launcher's hang watch reads them)
     summary.json             rank 0's end-of-run numbers (the launcher's summary table)
     curves.png               mean return and steps/s per iteration (the launcher draws it)
+    wandb_run_id             ``--logger wandb``: the Weights & Biases run id of this run directory
+    wandb/                   wandb's own files (offline runs: wandb/offline-run-*/run-<id>.wandb)
     eval.json                the last ``islab-train play``: episode return/length statistics
     exported/policy.pt       ``islab-train export``: TorchScript policy (normalizer folded in)
     exported/policy.onnx     the same policy as ONNX
@@ -22,11 +24,14 @@ Every run writes into one directory, chosen by the launcher (``<log_dir>/<run_na
 The launcher reads what the ranks write (progress, summary, logs) and the ranks read what an
 earlier run wrote (checkpoints, progress after an elastic restart), so both sides import the
 names from here. A progress record is
-``{"iteration", "max_iterations", "env_steps", "steps_per_s", "mean_return", "time_s"}``.
+``{"iteration", "max_iterations", "env_steps", "steps_per_s", "mean_return", "time_s", "job_env_steps"}``
+(``env_steps``: all ranks, since this job started; ``job_env_steps``: since the run began, across
+resumes) plus ``"losses": {name: value}`` where the library gives them cheaply.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -50,6 +55,7 @@ SUMMARY_FILE = "summary.json"
 CURVES_FILE = "curves.png"
 EVAL_FILE = "eval.json"
 EXPORT_DIR = "exported"
+WANDB_RUN_ID_FILE = "wandb_run_id"
 
 
 # -- paths ---------------------------------------------------------------------------------------
@@ -101,6 +107,22 @@ def summary_path(run_dir: str | Path) -> Path:
 
 def curves_path(run_dir: str | Path) -> Path:
     return Path(run_dir, CURVES_FILE)
+
+
+def wandb_run_id(run_dir: str | Path) -> str:
+    """The run directory's Weights & Biases run id: read from ``wandb_run_id``, or derived from the
+    directory's absolute path and stored there on first use, so every resume of this directory
+    (wherever it has moved since) continues the same wandb run."""
+    path = Path(run_dir, WANDB_RUN_ID_FILE)
+    try:
+        stored = path.read_text(encoding="utf-8").strip()
+    except OSError:
+        stored = ""
+    if stored:
+        return stored
+    run_id = "islab-" + hashlib.sha256(str(Path(run_dir).resolve()).encode()).hexdigest()[:16]
+    write_text_atomic(path, run_id + "\n")
+    return run_id
 
 
 # -- writing ---------------------------------------------------------------------------------------

@@ -51,6 +51,7 @@ LibChoice = _choice("LibChoice", CHOICES["lib"])
 FrameworkChoice = _choice("FrameworkChoice", CHOICES["ml_framework"])
 DeviceChoice = _choice("DeviceChoice", CHOICES["device"])
 RdzvChoice = _choice("RdzvChoice", CHOICES["rendezvous.backend"])
+LoggerChoice = _choice("LoggerChoice", CHOICES["logger"])
 
 
 def spec_default(field: str) -> Any:
@@ -207,6 +208,11 @@ OPTIONS: tuple[Option, ...] = (
            "/ --module / --command or a preset. 0 disables.", PANEL_OUTPUT, "hang_timeout_s", int,
            f"Default: {HANG_TIMEOUT_RDZV_FACTOR} x --rdzv-timeout, at least {MIN_DEFAULT_HANG_TIMEOUT_S} "
            f"({default_hang_timeout(DEFAULT_RDZV_TIMEOUT_S)}).", metavar="SECONDS"),
+    Option("--logger", "Where rank 0 logs each iteration (env steps, mean return, steps/s, losses). The "
+           "libraries always write TensorBoard event files into the run directory; wandb (the [wandb] extra) also "
+           "logs to one Weights & Biases run per run directory, step = env steps of the whole job, continued by "
+           "--resume RUN_DIR (WANDB_MODE=offline: files only, under <run_dir>/wandb).", PANEL_OUTPUT, "logger",
+           LoggerChoice, "Default: {}."),
     Option("--python", "Interpreter for the launcher and the ranks, e.g. ${ISAACSIM_PYTHON_EXE}.", PANEL_OUTPUT,
            "python", str, "[default: this interpreter]"),
     Option("--dry-run", "Print the commands (with where each value came from) and exit.", PANEL_OUTPUT, kind=bool,

@@ -83,6 +83,10 @@ class DirectRLEnv:
 
     metadata: dict[str, Any] = {"render_modes": [None]}  # noqa: RUF012 -- gymnasium convention
     render_mode = None
+    # The tensors that are the env's state between two steps (``state_dict``): each task adds its
+    # own (``state_tensors = (*DirectRLEnv.state_tensors, "my_buffer")``). Buffers recomputed in
+    # every step from these (observations, rewards) need not be listed.
+    state_tensors: tuple[str, ...] = ("episode_length_buf", "episode_return_buf", "_done_bytes")
 
     def __init__(self, cfg: DirectRLEnvCfg, device: str | torch.device = "cpu") -> None:
         self.cfg = cfg
@@ -193,6 +197,30 @@ class DirectRLEnv:
         reward = self._get_rewards()
         self.episode_return_buf += reward
         return reward
+
+    # -- state, for checkpoints ---------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The env's state between two steps as CPU tensors (``torch.load(weights_only=True)``
+        reads it back on any device): ``state_tensors`` and the step counter. With the RNG state
+        (``generator``, saved beside it by the checkpoint) a loaded env steps on exactly as this
+        one would."""
+        state: dict[str, Any] = {name: getattr(self, name).detach().to("cpu", copy=True) for name in self.state_tensors}
+        state["common_step_counter"] = int(self.common_step_counter)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Inverse of ``state_dict``, copied into the existing buffers (tasks keep views of them).
+        Raises ValueError, changing nothing, when a tensor is missing or has another shape (a
+        checkpoint of another task or env count)."""
+        for name in self.state_tensors:
+            saved, here = state.get(name), getattr(self, name)
+            if not isinstance(saved, torch.Tensor) or saved.shape != here.shape:
+                shape = None if not isinstance(saved, torch.Tensor) else tuple(saved.shape)
+                raise ValueError(f"env state {name!r}: saved {shape}, this env has {tuple(here.shape)}")
+        for name in self.state_tensors:
+            getattr(self, name).copy_(state[name])
+        self.common_step_counter = int(state["common_step_counter"])
 
     def _make_fast_step(self) -> Callable[[torch.Tensor], StepResult] | None:
         """A task's fused replacement for ``step`` (``compile_step``), or None if it has none. It

@@ -195,6 +195,7 @@ def worker_args(spec: RunSpec, run_dir: str) -> list[str]:
         "--run-dir", run_dir,
         "--distributed",
         "--checkpoint-interval", str(spec.checkpoint_interval),
+        *(["--logger", spec.logger] if spec.logger != "tensorboard" else []),
         # a collective waits as long as the rendezvous does: a vanished node fails the job, not hangs it
         "--peer-timeout", str(spec.rendezvous.timeout_s),
         *(["--resume", spec.resume] if spec.resume is not None else []),

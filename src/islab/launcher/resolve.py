@@ -20,6 +20,7 @@ the field as the user gave it (``--num-envs``, ``ISLAB_SEED``, ``cpu.yaml: nnode
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -400,9 +401,9 @@ def install_extra_hint(extra: str) -> str:
 
 
 def _disk_issue(spec: RunSpec) -> Issue | None:
-    """The task's extra must be installed (checked without importing it); the agent config must
-    take the overrides and give a rollout length (it turns iterations into env steps for the budget
-    the dry run shows); a ``--resume`` path must hold a checkpoint."""
+    """The task's extra and wandb for ``--logger wandb`` must be installed (checked without importing
+    them); the agent config must take the overrides and give a rollout length (it turns iterations
+    into env steps for the budget the dry run shows); a ``--resume`` path must hold a checkpoint."""
     if spec.resume is not None and spec.node_rank in (None, 0):
         # Only node 0 reads the checkpoint (it broadcasts it), so other nodes need not have it.
         path = Path(spec.resume)
@@ -417,6 +418,9 @@ def _disk_issue(spec: RunSpec) -> Issue | None:
     if extra is not None:
         return Issue("task", f"{spec.task} needs the [{extra}] extra, which is not installed (no module {extra!r})",
                      install_extra_hint(extra))  # fmt: skip
+    if spec.logger == "wandb" and importlib.util.find_spec("wandb") is None:
+        return Issue("logger", "wandb needs the [wandb] extra, which is not installed (no module 'wandb')",
+                     f"{install_extra_hint('wandb')}, or use --logger tensorboard")  # fmt: skip
     configured = libraries_with_agent_config(spec.task)
     if spec.lib not in configured:
         return Issue(

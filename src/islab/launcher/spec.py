@@ -47,12 +47,14 @@ Lib = Literal[tuple(LIBRARIES)]  # type: ignore[valid-type]  # the library regis
 MLFramework = Literal[ML_FRAMEWORKS]  # type: ignore[valid-type]
 Device = Literal["cuda", "cpu"]
 RdzvBackend = Literal["static", "c10d"]
+Logger = Literal["tensorboard", "wandb"]
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "lib": tuple(LIBRARIES),
     "ml_framework": ML_FRAMEWORKS,
     "device": ("cuda", "cpu"),
     "rendezvous.backend": ("static", "c10d"),
+    "logger": ("tensorboard", "wandb"),
 }
 
 DEFAULT_TASK = "Islab-Cartpole-v0"
@@ -182,6 +184,9 @@ class RunSpec(_Frozen):
     # Seconds without a finished iteration on any rank before the job counts as hung (our worker
     # only); None: the planner's default, scaled with the rendezvous timeout; 0: never.
     hang_timeout_s: NonNegative | None = None
+    # Where rank 0 also logs each iteration: the libraries always write TensorBoard events; "wandb"
+    # adds one Weights & Biases run per run directory (the [wandb] extra), continued by --resume.
+    logger: Logger = "tensorboard"
     # Bring your own: what each rank runs instead of our worker ({script|module|command: NAME}, see
     # ENTRY_KINDS) and its arguments, passed verbatim (everything after ``--`` on the command line).
     entrypoint: Mapping[str, str] | None = None
@@ -470,7 +475,7 @@ def parse_node_range(text: str) -> tuple[int, int] | None:
 ENTRY_KINDS: tuple[str, ...] = ("script", "module", "command")
 WORKER_ONLY_FIELDS: tuple[str, ...] = (
     "task", "task_module", "num_envs", "max_iterations", "total_env_steps", "overrides", "resume",
-    "checkpoint_interval", "hang_timeout_s",
+    "checkpoint_interval", "hang_timeout_s", "logger",
 )  # fmt: skip
 
 INPUT_FIELDS: tuple[str, ...] = tuple(name for name in RunSpec.model_fields if name != "min_nnodes")

@@ -22,7 +22,7 @@ import hashlib
 import os
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -70,13 +70,27 @@ class LibraryAdapter(ABC):
         self._progress_start = time.perf_counter()
         self._last_report: tuple[float, int] | None = None
         self.iteration = 0  # training iterations completed; restored on resume
+        # Env steps of all ranks since the run began, across resumes: the start of this job's count
+        # (restored on resume) and where it stands (written into checkpoints, the loggers' step axis).
+        self.job_env_steps_at_start = 0
+        self.job_env_steps = 0
+        self.last_progress: dict[str, Any] | None = None  # rank 0: the record of the latest iteration
         self.checkpointer: IterationCheckpointer | None = None  # set by the worker; writes islab checkpoints
         self.iteration_hooks: list[IterationHook] = []  # set by the worker; run after the checkpointer
         self._progress = ProgressWriter(self.run_dir)
 
-    def report_iteration(self, iteration: int, max_iterations: int, env_steps: int, mean_return: float | None) -> None:
+    def report_iteration(
+        self,
+        iteration: int,
+        max_iterations: int,
+        env_steps: int,
+        mean_return: float | None,
+        losses: Mapping[str, float] | None = None,
+    ) -> None:
         """Call on every rank after each training iteration (1-based; ``env_steps``: all ranks,
-        cumulative). Rank 0 appends it to ``progress.jsonl`` for the launcher's live display.
+        cumulative since this job started). Rank 0 appends it to ``progress.jsonl`` for the
+        launcher's live display, with ``job_env_steps`` (counted across resumes) and the library's
+        ``losses`` of the iteration where the adapter has them cheaply (rsl_rl).
         ``iteration`` and ``max_iterations`` count from the start of the run, across resumes.
 
         Then the checkpointer (if any) writes a checkpoint when one is due: every rank is here
@@ -93,9 +107,14 @@ class LibraryAdapter(ABC):
                 "steps_per_s": (env_steps - last_steps) / max(now - last_time, 1e-9),
                 "mean_return": None if mean_return is None else float(mean_return),
                 "time_s": now - self._progress_start,
+                "job_env_steps": self.job_env_steps_at_start + env_steps,
             }
+            if losses:
+                record["losses"] = {name: float(value) for name, value in losses.items()}
             self._progress.append(record)
+            self.last_progress = record
         self._last_report = (now, env_steps)
+        self.job_env_steps = self.job_env_steps_at_start + env_steps
         self.iteration = iteration
         if self.checkpointer is not None:
             self.checkpointer.on_iteration(self, iteration, max_iterations)
@@ -135,6 +154,39 @@ class LibraryAdapter(ABC):
         observation normalizer folded in (``islab.policy.modules.DeterministicPolicy``), fit for
         ``torch.jit.trace`` and ONNX export; independent of the library's live modules."""
         raise NotImplementedError(f"{type(self).__name__} cannot export its policy")
+
+    # -- per-rank state: the env and the episode statistics (each rank has its own) --------------
+
+    def rank_state(self) -> dict[str, Any]:
+        """This rank's env state (``env.state_dict()``) and episode statistics (``episode_stats``),
+        as CPU tensors and primitives; the checkpoint gathers it from every rank."""
+        return {"env": self.env.state_dict(), "episodes": self.episode_stats()}
+
+    def load_rank_state(self, state: dict[str, Any]) -> bool:
+        """Inverse of ``rank_state``, on a freshly built adapter before ``train``, so the envs go on
+        mid-episode and the reported mean return goes on from the saved windows. Returns whether
+        the env state was loaded: an env without one (mjlab) or of another env count starts from a
+        reset, and only the finished-episode windows are restored."""
+        env_state = state.get("env") or {}
+        restored = False
+        if env_state:
+            try:
+                self.env.load_state_dict(env_state)
+                restored = True
+            except ValueError as error:
+                print(f"[islab] rank {self.ctx.rank}: env state not restored, the envs start from a reset: {error}")
+        self.load_episode_stats(state.get("episodes") or {}, env_restored=restored)
+        return restored
+
+    def episode_stats(self) -> dict[str, Any]:
+        """What the adapter keeps to report the mean return: the windows of recent finished
+        episodes and the running per-env sums (this rank's)."""
+        return {}
+
+    def load_episode_stats(self, stats: dict[str, Any], *, env_restored: bool) -> None:
+        """Inverse of ``episode_stats``; per-env running sums only when ``env_restored`` (otherwise
+        the envs start new episodes). Also where an adapter refreshes observations it cached."""
+        del stats, env_restored
 
     def extra_rng_state(self) -> dict[str, Any]:
         """Library RNG state beyond torch/numpy/random/env (skrl-JAX's PRNG key), per rank."""

@@ -174,6 +174,21 @@ class RslRlVecEnv(VecEnv):
             self._finished.zero_()
         return self._last_mean_return
 
+    def episode_stats(self) -> dict[str, torch.Tensor]:
+        return {
+            "returns": torch.tensor(list(self.episode_returns), dtype=torch.float64),
+            "running_return": self._running_return.detach().cpu().clone(),
+        }
+
+    def load_episode_stats(self, stats: dict[str, Any], *, env_restored: bool) -> None:
+        self.episode_returns.clear()
+        self.episode_returns.extend(stats["returns"].tolist() if "returns" in stats else [])
+        running = stats.get("running_return")
+        if env_restored and running is not None and running.shape == self._running_return.shape:
+            self._running_return.copy_(running)
+        # what rsl_rl reads first in learn(): the restored envs' observations, not the reset's
+        self._obs = TensorDict(self.env._get_observations(), batch_size=[self.num_envs]) if env_restored else self._obs
+
 
 def library_syncs_normalizer() -> bool:
     """Whether the installed rsl_rl all-reduces observation-normalizer statistics itself (PR #226:
@@ -328,6 +343,7 @@ class RslRlAdapter(LibraryAdapter):
         train_cfg.pop("max_iterations", None)  # the worker's --max-iterations decides
         train_cfg.pop("seed", None)  # the worker seeded the process; rsl_rl ignores it anyway
         self.vec_env = RslRlVecEnv(env)
+        self.env_restored = False  # a resume loaded the envs mid-episode (load_episode_stats)
         if ctx.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         log_dir = str(self.run_dir) if ctx.is_main else None
@@ -349,14 +365,17 @@ class RslRlAdapter(LibraryAdapter):
         def log_and_report(*, it: int, start_it: int, total_it: int, **kwargs: Any) -> None:
             log_iteration(it=it, start_it=start_it, total_it=total_it, **kwargs)
             done = it - start_it + 1
-            self.report_iteration(it + 1, total_it, done * steps_per_iteration, self.vec_env.mean_return())
+            losses = {name: value for name, value in kwargs.get("loss_dict", {}).items() if isinstance(value, float)}
+            self.report_iteration(it + 1, total_it, done * steps_per_iteration, self.vec_env.mean_return(), losses)
 
         self.runner.logger.log = log_and_report
 
     def train(self, max_iterations: int) -> TrainResult:
         self.runner.current_learning_iteration = start_it = self.iteration
         started = time.perf_counter()
-        self.runner.learn(max_iterations, init_at_random_ep_len=self.init_at_random_ep_len)
+        # restored envs are mid-episode already: randomizing their clocks would cut those episodes
+        random_lengths = self.init_at_random_ep_len and not self.env_restored
+        self.runner.learn(max_iterations, init_at_random_ep_len=random_lengths)
         wall_s = time.perf_counter() - started
         # rsl_rl names its last checkpoint after the last iteration index, on rank 0 only.
         last_it = self.runner.current_learning_iteration
@@ -379,6 +398,13 @@ class RslRlAdapter(LibraryAdapter):
         loaded = torch.load(path, map_location=self.ctx.device, weights_only=True)
         if self.runner.alg.load(loaded, None, strict=True):
             self.runner.current_learning_iteration = loaded["iter"]
+
+    def episode_stats(self) -> dict[str, Any]:
+        return self.vec_env.episode_stats()
+
+    def load_episode_stats(self, stats: dict[str, Any], *, env_restored: bool) -> None:
+        self.env_restored = env_restored
+        self.vec_env.load_episode_stats(stats, env_restored=env_restored)
 
     def library_state(self) -> dict[str, Any]:
         state = self.runner.alg.save()

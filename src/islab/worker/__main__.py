@@ -90,6 +90,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="how long a collective waits for the other ranks before this rank fails (a node that "
         "vanished without closing its sockets would otherwise hang the job)",
     )
+    parser.add_argument(
+        "--logger",
+        choices=("tensorboard", "wandb"),
+        default="tensorboard",
+        help="wandb: rank 0 also logs every iteration to one Weights & Biases run per run directory",
+    )
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="agent-config overrides")
     args = parser.parse_args(argv)
     if args.task_module is not None:
@@ -243,6 +249,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
     interval = DEFAULT_INTERVAL if args.checkpoint_interval is None else args.checkpoint_interval
     adapter.checkpointer = Checkpointer(collective, run_dir, run_identity, spec, interval=interval)
+    wandb_logger = None
+    if args.logger == "wandb" and ctx.is_main:
+        from islab.worker.wandb_logger import WandbLogger
+
+        wandb_logger = WandbLogger(run_dir, spec)
+        adapter.iteration_hooks.append(wandb_logger)
     adapter.iteration_hooks.append(lambda _, iteration, __: maybe_inject_fault(ctx.rank, run_dir, iteration))
     # Last hook: a heartbeat means the iteration finished completely (checkpoint and faults included),
     # so a rank stuck in any of them is behind its peers in the launcher's hang watch.
@@ -252,10 +264,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     remaining = point.target_iteration - adapter.iteration
     beat.start(adapter.iteration)
     started = time.perf_counter()
-    if remaining > 0:
-        result = adapter.train(remaining)
-    else:  # an elastic restart after the last checkpoint was written: nothing left to train
-        result = TrainResult(iterations=0, env_steps=0, wall_s=0.0, mean_return=None, checkpoint=None)
+    try:
+        if remaining > 0:
+            result = adapter.train(remaining)
+        else:  # an elastic restart after the last checkpoint was written: nothing left to train
+            result = TrainResult(iterations=0, env_steps=0, wall_s=0.0, mean_return=None, checkpoint=None)
+    except BaseException:
+        if wandb_logger is not None:
+            wandb_logger.finish(exit_code=1)
+        raise
+    if wandb_logger is not None:
+        wandb_logger.finish()
     print(
         f"[islab] rank {ctx.rank} finished {result.iterations} iterations (now at {adapter.iteration}), "
         f"{result.env_steps} env steps in {time.perf_counter() - started:.1f} s, mean return {result.mean_return}",

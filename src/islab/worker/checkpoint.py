@@ -18,9 +18,11 @@ None, lists, tuples and dicts only; nothing is unpickled)::
      "lib": "rsl_rl", "ml_framework": "torch", "task": "Islab-Cartpole-v0",
      "observation_shape": [4], "action_shape": [1],
      "iteration": N,                 # training iterations completed (1-based count)
+     "job_env_steps": S,             # env steps of all ranks since the run began, across resumes
      "policy_sha256": "...",         # state_digest(policy_state()) of rank 0 when written
      "spec": {...},                  # the worker's arguments, world_size, start/target iteration, job_id
      "rng": {"world_size": W, "ranks": [<rank 0 RNG>, ..., <rank W-1 RNG>]},
+     "rank_state": {"world_size": W, "ranks": [<rank 0 env state and episode statistics>, ...]},
      "library": {...}}               # the adapter's library_state(): model, optimizer, normalizers,
                                      # the library's own counters and learning-rate state
 
@@ -29,6 +31,12 @@ A rank's RNG state is ``{"torch": uint8 tensor, "cuda": uint8 tensor | None, "nu
 Python's states converted to tensors and numbers). Every rank's state is gathered to rank 0 as
 bytes over the job's collective; on resume rank ``r`` restores entry ``r``. A resumed job with a
 different world size restores the entries that exist and keeps fresh seeds for the others.
+
+A rank's ``rank_state`` (``LibraryAdapter.rank_state``) travels the same way, in the same gather:
+``{"env": env.state_dict(), "episodes": adapter.episode_stats()}``, so a resumed rank's envs go on
+mid-episode and its reported mean return goes on from the saved window of finished episodes
+instead of starting empty (the curves continue). mjlab envs save no physics state (they start from a
+reset); their episode statistics are restored.
 
 Atomic writes
 -------------
@@ -175,14 +183,6 @@ def to_cpu(obj: Any) -> Any:
     return obj
 
 
-def gather_rng(collective: Collective, local: dict[str, Any]) -> dict[str, Any] | None:
-    """Every rank's ``capture_rng`` dict, on rank 0 (collective: all ranks call it)."""
-    rows = collective.gather_bytes(to_bytes(local))
-    if rows is None:
-        return None
-    return {"world_size": collective.world_size, "ranks": [from_bytes(row, "gathered RNG state") for row in rows]}
-
-
 # -- identity: which run a checkpoint belongs to ----------------------------------------------
 
 
@@ -297,17 +297,22 @@ class Checkpointer:
 
     def write(self, adapter: LibraryAdapter, iteration: int) -> Path | None:
         """Collective: gathers every rank's RNG; rank 0 writes ``iter_<N>.pt`` and ``latest.pt``."""
-        rng = gather_rng(self.collective, capture_rng(adapter.env.generator, adapter.extra_rng_state()))
+        local = {"rng": capture_rng(adapter.env.generator, adapter.extra_rng_state()), "state": adapter.rank_state()}
+        rows = self.collective.gather_bytes(to_bytes(to_cpu(local)))
         self.last_iteration = iteration
-        if self.collective.rank != 0:
+        if rows is None:  # ranks != 0
             return None
+        gathered = [from_bytes(row, "gathered rank state") for row in rows]
+        world_size = self.collective.world_size
         checkpoint = {
             "format": FORMAT,
             **self.identity,
             "iteration": iteration,
+            "job_env_steps": adapter.job_env_steps,
             "policy_sha256": state_digest(adapter.policy_state()),
             "spec": self.spec,
-            "rng": rng,
+            "rng": {"world_size": world_size, "ranks": [row["rng"] for row in gathered]},
+            "rank_state": {"world_size": world_size, "ranks": [row["state"] for row in gathered]},
             "device": str(adapter.env.generator.device) if adapter.env.generator is not None else "cpu",
             "library": to_cpu(adapter.library_state()),
         }
@@ -340,10 +345,15 @@ def restore(adapter: LibraryAdapter, checkpoint: Mapping[str, Any], rank: int) -
     the one stored (rank 0's policy when written): every rank starts from the saved policy."""
     adapter.load_library_state(checkpoint["library"])
     adapter.iteration = int(checkpoint["iteration"])
+    # older checkpoints lack it: the loggers' env-step axis then restarts from 0
+    adapter.job_env_steps = adapter.job_env_steps_at_start = int(checkpoint.get("job_env_steps", 0))
     ranks = checkpoint["rng"]["ranks"]
     if rank < len(ranks):
         restore_rng(ranks[rank], adapter.env.generator)
         adapter.load_extra_rng_state(ranks[rank].get("library", {}))
+    rank_states = checkpoint.get("rank_state", {}).get("ranks", [])  # older checkpoints have none
+    if rank < len(rank_states):
+        adapter.load_rank_state(rank_states[rank])
     digest = state_digest(adapter.policy_state())
     if digest != checkpoint["policy_sha256"]:
         raise CheckpointError(

@@ -144,6 +144,8 @@ def fused_advance(
 
 class CartpoleEnv(DirectRLEnv):
     cfg: CartpoleEnvCfg
+    # cart position/velocity, pole angle/velocity; the force of the last action (held for decimation)
+    state_tensors = (*DirectRLEnv.state_tensors, "_state", "force")
     # The policy's inputs and outputs by name, in order (islab-train export writes them to policy.json).
     observation_names: ClassVar[tuple[str, ...]] = (
         "pole_angle", "pole_angular_velocity", "cart_position", "cart_velocity",

@@ -162,5 +162,14 @@ class MjlabEnv:
         self.extras = extras
         return self._obs(obs), reward, terminated, truncated, extras
 
+    def state_dict(self) -> dict[str, Any]:
+        """Not saved: mjlab's physics (MuJoCo-Warp data, command and event managers) has no
+        state-dict API, so a resumed mjlab run starts its envs from a reset. The episode
+        statistics (the adapters') and the global torch RNG are still restored."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        del state  # see state_dict
+
     def close(self) -> None:
         self.env.close()

@@ -115,6 +115,11 @@ def rotation_matrix(q: torch.Tensor) -> torch.Tensor:
 
 class QuadcopterEnv(DirectRLEnv):
     cfg: QuadcopterEnvCfg
+    # the rigid body, its goal, the last action and its thrust/moment, the episode's reward sums
+    state_tensors = (
+        *DirectRLEnv.state_tensors, "root_state", "desired_pos_w", "actions", "thrust", "moment", "episode_sums",
+        "final_distance_to_goal",
+    )  # fmt: skip
 
     def _setup_scene(self) -> None:
         n, dev, cfg = self.num_envs, self.device, self.cfg
