@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -52,7 +51,7 @@ from islab.launcher.spec import (
     WORKER_ONLY_FIELDS,
     RunSpec,
 )
-from islab.launcher.text import comment
+from islab.launcher.text import comment, shell_join, shell_quote
 from islab.libs.registry import apply_env_fixes, launcher_of
 
 Launcher = Literal["torchrun", "skrl-jax"]
@@ -302,9 +301,10 @@ def _meeting_point(derived: Mapping[str, str]) -> tuple[str | None, str | None]:
 
 
 def shell_line(argv: tuple[str, ...] | list[str], env: Mapping[str, str]) -> str:
-    """``NAME=value … cmd args`` that a POSIX shell runs as-is; secret-looking values masked."""
-    prefix = [f"{name}={shlex.quote(value)}" for name, value in mask_env(env).items()]
-    return " ".join([*prefix, shlex.join(argv)])
+    """``NAME=value … cmd args`` that bash runs as-is, on one line whatever an argument holds;
+    secret-looking values masked."""
+    prefix = [f"{name}={shell_quote(value)}" for name, value in mask_env(env).items()]
+    return " ".join([*prefix, shell_join(argv)])
 
 
 def format_json(plan: LaunchPlan) -> str:
