@@ -43,6 +43,7 @@ from islab.isaaclab_preset import tensorboard_root
 from islab.launcher import skrl_jax, torchrun
 from islab.launcher.addresses import join_host_port, split_host_port
 from islab.launcher.issues import Issue, mask_env
+from islab.launcher.launch_rules import shared_fields
 from islab.launcher.resolve import ResolvedSpec
 from islab.launcher.spec import (
     DEFAULT_C10D_ID,
@@ -137,8 +138,13 @@ def run_dir_for(spec: RunSpec, now: datetime) -> str:
 
 
 def _shared_digest(spec: RunSpec) -> str:
-    """What every node of the job is given alike (not its node rank or interpreter path)."""
-    shared = {key: value for key, value in spec.to_plain().items() if key not in ("node_rank", "python")}
+    """A digest of the fields every node must agree on (so what may differ per node, such as
+    torchrun's process count or the env, does not split the directory)."""
+    plain = spec.to_plain()
+    shared = {}
+    for name in shared_fields(launcher_of(spec.lib, spec.ml_framework)):
+        section, _, key = name.rpartition(".")
+        shared[name] = plain[section][key] if section else plain[key]
     return hashlib.sha256(json.dumps(shared, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
@@ -254,7 +260,9 @@ def build_plan(spec: RunSpec, *, now: datetime, free_port: int) -> LaunchPlan:
             program = ("-m", torchrun.WORKER_MODULE, *worker) if spec.entrypoint is None else tuple(worker)
             ranks = tuple(
                 RankLaunch(
-                    global_rank, local_rank, (spec.python, *program),
+                    global_rank,
+                    local_rank,
+                    (spec.python, *program),
                     MappingProxyType({**env, **jax}),
                 )
                 for global_rank, local_rank, jax in skrl_jax.rank_envs(spec, node_rank, coordinator)
