@@ -452,3 +452,114 @@ def test_per_node_options_must_agree_with_the_shared_cluster_file(islab, tmp_pat
     code, out, err = islab("--cluster", str(jax), "--node-rank", "1", "--nproc", "4", "--dry-run")
     assert code == 2 and err.startswith("error: nproc_per_node (--nproc)"), err
     assert islab("--cluster", str(jax), "--node-rank", "1", "--dry-run")[0] == 0
+
+
+# --- issue 14 items 5 and 13: what every node must agree on, and one run directory --------------
+
+# A two-node CPU job that sets none of the worker's fields (so an entry point may be given), and a
+# per-node option giving each field every node must agree on another value than the file does
+# (its own or the default). Extra keys of the file for that row, then the option.
+_SHARED_NODE_FILE = {"nnodes": 2, "device": "cpu", "nproc_per_node": 2, "rendezvous": {"master_addr": "10.0.0.1"}}
+_DISAGREEING = {
+    "lib": ({}, ["--lib", "rl_games"]),
+    "ml_framework": ({"lib": "skrl"}, ["--ml-framework", "jax"]),  # the schema refuses it first
+    "task": ({}, ["--task", "Islab-Quadcopter-v0"]),
+    "task_module": ({}, ["--task-module", "my_tasks"]),
+    "num_envs": ({}, ["--num-envs", "64"]),
+    "seed": ({"seed": 1}, ["--seed", "2"]),
+    "max_iterations": ({}, ["--max-iterations", "3"]),
+    "total_env_steps": ({}, ["--total-env-steps", "1000"]),
+    "nnodes": ({}, ["--nnodes", "3"]),
+    "device": ({}, ["--gpus", "2"]),
+    "max_restarts": ({}, ["--max-restarts", "1"]),
+    "coordinator_address": ({"lib": "skrl", "ml_framework": "jax", "rendezvous": {},
+                             "coordinator_address": "10.0.0.1:5000"}, ["--coordinator-address", "10.0.0.1:5001"]),
+    "run_name": ({"run_name": "a"}, ["--run-name", "b"]),
+    "overrides": ({}, ["algorithm.clip_param=0.3"]),
+    "resume": ({}, ["--resume", "RUN"]),
+    "checkpoint_interval": ({}, ["--checkpoint-interval", "3"]),
+    "entrypoint": ({}, ["--script", "train.py"]),
+    "args": ({"entrypoint": {"script": "train.py"}, "args": ["--a"]}, ["--", "--b"]),
+    "isaaclab": ({"task": "Isaac-Cartpole-v0"}, ["--isaaclab", "ISAACLAB"]),
+    "mjlab": ({"task": "Mjlab-Cartpole-Balance"}, ["--mjlab"]),  # the preset refuses several nodes itself
+    "rendezvous.backend": ({"rendezvous": {"master_addr": "10.0.0.1", "master_port": 29500}},
+                           ["--rdzv-backend", "c10d"]),  # the schema refuses static options under c10d
+    "rendezvous.master_addr": ({}, ["--master-addr", "10.0.0.2"]),
+    "rendezvous.master_port": ({}, ["--master-port", "29600"]),
+    "rendezvous.endpoint": ({"rendezvous": {"backend": "c10d", "endpoint": "10.0.0.1:29400"}},
+                            ["--rdzv-endpoint", "10.0.0.1:29401"]),
+    "rendezvous.id": ({"rendezvous": {"backend": "c10d", "endpoint": "10.0.0.1:29400"}}, ["--rdzv-id", "other"]),
+    "rendezvous.timeout_s": ({}, ["--rdzv-timeout", "60"]),
+}  # fmt: skip
+# Rows refused by an earlier rule that names another field (the combination is invalid anyway).
+_REFUSED_BY = {
+    "ml_framework": "rendezvous.master_addr",
+    "mjlab": "--mjlab",
+    "rendezvous.backend": "rendezvous.master_addr",
+}
+
+
+def test_every_field_is_either_shared_by_all_nodes_or_per_node():
+    from islab.launcher.launch_rules import PER_NODE_FIELDS, SHARED_FIELDS
+    from islab.launcher.spec import FIELDS
+
+    assert not set(SHARED_FIELDS) & set(PER_NODE_FIELDS)
+    assert sorted([*SHARED_FIELDS, *PER_NODE_FIELDS]) == sorted(FIELDS)
+    assert set(_DISAGREEING) == set(SHARED_FIELDS)
+
+
+@pytest.mark.parametrize("field", list(_DISAGREEING))
+def test_a_node_may_not_disagree_on_a_shared_field(islab, clean_environment, tmp_path, monkeypatch, field):
+    """Issue 14 item 5: every field of SHARED_FIELDS given on one node's command line with another
+    value than the shared cluster file's (or its default) is refused, naming the field and file."""
+    (tmp_path / "my_tasks.py").write_text(
+        'import gymnasium as gym\ngym.register(id="My-v0", entry_point="x:E", kwargs={'
+        '"env_cfg_entry_point": "x:C", "rsl_rl_cfg_entry_point": "islab.tasks.cartpole.agents:rsl_rl_ppo_cfg.yaml"})\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    from islab.tasks import TASKS
+
+    monkeypatch.setattr(TASKS, "_packages", dict(TASKS.packages))
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "latest.pt").write_bytes(b"")
+    extra, argv = _DISAGREEING[field]
+    data = {**_SHARED_NODE_FILE, **extra}
+    data["rendezvous"] = extra.get("rendezvous", _SHARED_NODE_FILE["rendezvous"])
+    shared = tmp_path / "shared.yaml"
+    shared.write_text(yaml.safe_dump(data))
+    tree = str(REPO / "tests" / "fixtures" / "isaaclab_tree")
+    argv = [{"RUN": str(run), "ISAACLAB": tree}.get(arg, arg) for arg in argv]
+    before = [arg for arg in argv if arg != "--" and "--" in argv and argv.index(arg) < argv.index("--")]
+    options, after = (before, argv[argv.index("--") :]) if "--" in argv else (argv, [])
+    code, out, err = islab("--cluster", str(shared), "--node-rank", "1", "--dry-run", *options, *after)
+    named = _REFUSED_BY.get(field, field)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert err.startswith((f"error: {named}", f"error: shared.yaml: {named}")), err
+    if field not in _REFUSED_BY:
+        assert "shared.yaml" in err and "every node" in err, err
+    if "task" not in extra:  # (a preset's task id needs the preset) the file alone is a valid job
+        assert islab("--cluster", str(shared), "--node-rank", "1", "--dry-run")[0] == 0
+
+
+def _run_dir(islab, *argv: str) -> str:
+    code, out, err = islab(*argv, "--dry-run")
+    assert code == 0, err
+    return next(line for line in out.splitlines() if line.startswith("# run dir: ")).removeprefix("# run dir: ")
+
+
+def test_every_node_names_the_same_run_directory(islab, clean_environment, tmp_path):
+    """Issue 14 item 13: the run directory's name comes from what all nodes share, so what may
+    differ per node (torchrun's process count, the interpreter, the node rank) does not split it."""
+    shared = str(REPO / "configs" / "cluster" / "two-node-static.yaml")
+    node0 = _run_dir(islab, "--cluster", shared, "--node-rank", "0")
+    assert node0.startswith("logs/rsl_rl/Islab-Cartpole-v0/spec-") and node0.endswith("_two_node")
+    assert _run_dir(islab, "--cluster", shared, "--node-rank", "1") == node0
+    assert _run_dir(islab, "--cluster", shared, "--node-rank", "1", "--gpus", "4") == node0
+    assert _run_dir(islab, "--cluster", shared, "--node-rank", "1", "--python", "/opt/py/bin/python3") == node0
+    assert _run_dir(islab, "--cluster", shared) == node0  # the dry run of every node
+    # ... and a job that trains something else gets a directory of its own.
+    other = tmp_path / "two-node-static.yaml"
+    other.write_text(Path(shared).read_text().replace("seed: 42", "seed: 7"))
+    assert _run_dir(islab, "--cluster", str(other), "--node-rank", "1") != node0

@@ -236,11 +236,14 @@ def test_curves_mark_each_resume(tmp_path, monkeypatch):
 
 
 def test_summary_shows_the_checkpoint_resume_uses():
+    """The table names summary.json's ``checkpoint`` (the islab one), never the library's file."""
     from islab.launcher.console import summary_rows
 
-    summary = {"checkpoint": "/r/model_11.pt", "islab_checkpoint": "/r/checkpoints/latest.pt"}
+    summary = {"checkpoint": "/r/checkpoints/latest.pt", "library_checkpoint": "/r/model_11.pt"}
     rows = dict(summary_rows(summary, "/r", "islab-train --resume /r"))
     assert rows["checkpoint"] == "/r/checkpoints/latest.pt"
+    rows = dict(summary_rows({"library_checkpoint": "/r/model_11.pt"}, "/r", None))
+    assert rows["checkpoint"] == "-"
 
 
 def test_rank_info_records_and_colour_codes_stay_off_plain_consoles(tmp_path):

@@ -49,6 +49,19 @@ def launch(
     return subprocess.run(command, capture_output=True, text=True, timeout=600, env=child_env)
 
 
+def summary_table(output: str) -> dict[str, str]:
+    """The rows of the end-of-run table as printed (a long value folds onto the next lines)."""
+    rows: dict[str, str] = {}
+    label = None
+    for line in output.splitlines():
+        cells = [cell.strip() for cell in line.replace("|", "│").split("│")[1:-1]]
+        if len(cells) == 2 and cells[0]:
+            label, rows[cells[0]] = cells[0], cells[1]
+        elif len(cells) == 2 and label is not None:
+            rows[label] += cells[1]
+    return rows
+
+
 def the_run_dir(tmp_path: Path, lib: str) -> Path:
     (run_dir,) = (tmp_path / "logs" / lib / TASK).glob("*_e2e")
     return run_dir
@@ -69,6 +82,11 @@ def test_two_cpu_ranks_train_and_hold_the_same_policy(tmp_path: Path, lib: str, 
     assert summary["world_size"] == 2 and summary["iterations"] == 3
     checkpoint = Path(summary["checkpoint"])
     assert checkpoint.is_file() and checkpoint.is_relative_to(run_dir)
+    # summary.json and the summary table name the same islab checkpoint (issue 14 item 14); the
+    # library's own file is under its own key
+    assert checkpoint.parent == run_dir / "checkpoints", summary
+    assert summary_table(result.stdout + result.stderr)["checkpoint"] == str(checkpoint)
+    assert Path(summary["library_checkpoint"]).is_file() and summary["library_checkpoint"] != summary["checkpoint"]
     if ml_framework == "torch":
         torch.load(checkpoint, map_location="cpu", weights_only=True)
 

@@ -277,7 +277,8 @@ def test_rsl_rl_on_two_cpu_ranks_at_least_halves_the_random_policys_final_distan
         iterations=("--max-iterations", "80"), env={"ISLAB_THREADS_PER_RANK": "1"},
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    checkpoint = Path(json.loads((quad_run_dir(tmp_path, "rsl_rl") / "summary.json").read_text())["checkpoint"])
+    summary = json.loads((quad_run_dir(tmp_path, "rsl_rl") / "summary.json").read_text())
+    checkpoint = Path(summary["library_checkpoint"])  # rsl_rl's own model_<N>.pt, for its runner
 
     torch.set_num_threads(1)  # two OpenMP threads on a busy 2-core machine: ~10x slower (measured)
     env = make_env(TASK, 256, seed=0)

@@ -168,6 +168,13 @@ def write_digest(run_dir: str | Path, rank: int, policy_sha256: str) -> Path:
     return write_json(digest_path(run_dir, rank), {"rank": rank, "policy_sha256": policy_sha256})
 
 
+# summary.json's keys for the two checkpoints a run ends with: ``checkpoint`` is the islab checkpoint
+# (checkpoints/latest.pt or iter_<N>.pt, what --resume, play and export read, and what the summary
+# table shows); ``library_checkpoint`` is the library's own file (rsl_rl's model_<N>.pt, ...).
+SUMMARY_CHECKPOINT = "checkpoint"
+SUMMARY_LIBRARY_CHECKPOINT = "library_checkpoint"
+
+
 def write_summary(run_dir: str | Path, summary: Mapping[str, Any]) -> Path:
     return write_json(summary_path(run_dir), summary)
 

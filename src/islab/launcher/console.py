@@ -34,6 +34,7 @@ from typing import IO, Any, Literal
 
 from islab.rundir import (
     CURVES_FILE,
+    SUMMARY_CHECKPOINT,
     SUMMARY_FILE,
     ProgressReader,
     curves_path,
@@ -169,8 +170,8 @@ def summary_rows(summary: Mapping[str, Any], run_dir: str, resume: str | None) -
         ("env steps/s", format_rate(rate)),
         ("final mean return", format_return(summary.get("mean_return"))),
         ("ranks", str(summary.get("world_size", "-"))),
-        # the islab checkpoint is what --resume continues from; the library's own is the fallback
-        ("checkpoint", str(summary.get("islab_checkpoint") or summary.get("checkpoint") or "-")),
+        # the islab checkpoint, the one summary.json names (--resume, play and export read it)
+        ("checkpoint", str(summary.get(SUMMARY_CHECKPOINT) or "-")),
         ("run directory", run_dir),
     ]
     if resume:

@@ -1,6 +1,7 @@
 """The rules of each launcher, checked by :class:`~islab.launcher.spec.RunSpec` once the fields
 are valid on their own: which rendezvous options torchrun's static and c10d rendezvous take, and
-what skrl's JAX launcher (a coordinator address instead of a rendezvous) allows."""
+what skrl's JAX launcher (a coordinator address instead of a rendezvous) allows; and which fields
+every node of a multi-node launch must agree on."""
 
 from __future__ import annotations
 
@@ -10,6 +11,28 @@ from islab.launcher.issues import rule
 
 if TYPE_CHECKING:
     from islab.launcher.spec import RunSpec
+
+# Every field of the spec is in exactly one of these two lists (tests/test_cli.py checks), so a new
+# field must be classified. What may differ per node: its index, the interpreter's path and the
+# environment on that machine (NCCL_SOCKET_IFNAME names its interface), where it mounts the shared
+# log directory, and -- under torchrun, whose rendezvous sums the world size -- its process count.
+PER_NODE_FIELDS: tuple[str, ...] = ("node_rank", "python", "env", "log_dir", "nproc_per_node")
+# What every node must agree on: nodes that differ here hang at the rendezvous or in a collective,
+# or train something else than node 0 (the budget, seeds, checkpoints, the entry point). The run
+# directory's name of a multi-node job is derived from these alone (islab.launcher.plan.run_dir_for).
+SHARED_FIELDS: tuple[str, ...] = (
+    "lib", "ml_framework", "task", "task_module", "num_envs", "seed", "max_iterations", "total_env_steps",
+    "nnodes", "device", "max_restarts", "coordinator_address", "run_name", "overrides", "resume",
+    "checkpoint_interval", "entrypoint", "args", "isaaclab", "mjlab", "rendezvous.backend",
+    "rendezvous.master_addr", "rendezvous.master_port", "rendezvous.endpoint", "rendezvous.id",
+    "rendezvous.timeout_s",
+)  # fmt: skip
+
+
+def shared_fields(launcher: str | None) -> tuple[str, ...]:
+    """The fields every node must agree on under ``launcher``: skrl-JAX tells every rank
+    ``JAX_WORLD_SIZE = nnodes x nproc_per_node``, so there the process count must agree too."""
+    return (*SHARED_FIELDS, "nproc_per_node") if launcher == "skrl-jax" else SHARED_FIELDS
 
 
 def check_jax(spec: RunSpec) -> None:
@@ -47,6 +70,7 @@ def check_jax(spec: RunSpec) -> None:
             f"a {spec.nnodes}-node JAX run needs node 0's coordinator address",
             "Pass --coordinator-address <node0-host>:<port> (the same on every node)",
         )
+
 
 def check_torchrun(spec: RunSpec) -> None:
     """The static and c10d rendezvous each take their own options, and several nodes need a meeting point."""

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -44,6 +43,7 @@ from islab.isaaclab_preset import tensorboard_root
 from islab.launcher import skrl_jax, torchrun
 from islab.launcher.addresses import join_host_port, split_host_port
 from islab.launcher.issues import Issue, mask_env
+from islab.launcher.launch_rules import shared_fields
 from islab.launcher.resolve import ResolvedSpec
 from islab.launcher.spec import (
     DEFAULT_C10D_ID,
@@ -52,7 +52,7 @@ from islab.launcher.spec import (
     WORKER_ONLY_FIELDS,
     RunSpec,
 )
-from islab.launcher.text import comment
+from islab.launcher.text import comment, shell_join, shell_quote
 from islab.libs.registry import apply_env_fixes, launcher_of
 
 Launcher = Literal["torchrun", "skrl-jax"]
@@ -158,8 +158,13 @@ def run_dir_for(spec: RunSpec, now: datetime) -> str:
 
 
 def _shared_digest(spec: RunSpec) -> str:
-    """What every node of the job is given alike (not its node rank or interpreter path)."""
-    shared = {key: value for key, value in spec.to_plain().items() if key not in ("node_rank", "python")}
+    """A digest of the fields every node must agree on (so what may differ per node, such as
+    torchrun's process count or the env, does not split the directory)."""
+    plain = spec.to_plain()
+    shared = {}
+    for name in shared_fields(launcher_of(spec.lib, spec.ml_framework)):
+        section, _, key = name.rpartition(".")
+        shared[name] = plain[section][key] if section else plain[key]
     return hashlib.sha256(json.dumps(shared, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
@@ -276,7 +281,9 @@ def build_plan(spec: RunSpec, *, now: datetime, free_port: int) -> LaunchPlan:
             program = ("-m", torchrun.WORKER_MODULE, *worker) if spec.entrypoint is None else tuple(worker)
             ranks = tuple(
                 RankLaunch(
-                    global_rank, local_rank, (spec.python, *program),
+                    global_rank,
+                    local_rank,
+                    (spec.python, *program),
                     MappingProxyType({**env, **jax}),
                 )
                 for global_rank, local_rank, jax in skrl_jax.rank_envs(spec, node_rank, coordinator)
@@ -326,9 +333,10 @@ def _meeting_point(derived: Mapping[str, str]) -> tuple[str | None, str | None]:
 
 
 def shell_line(argv: tuple[str, ...] | list[str], env: Mapping[str, str]) -> str:
-    """``NAME=value … cmd args`` that a POSIX shell runs as-is; secret-looking values masked."""
-    prefix = [f"{name}={shlex.quote(value)}" for name, value in mask_env(env).items()]
-    return " ".join([*prefix, shlex.join(argv)])
+    """``NAME=value … cmd args`` that bash runs as-is, on one line whatever an argument holds;
+    secret-looking values masked."""
+    prefix = [f"{name}={shell_quote(value)}" for name, value in mask_env(env).items()]
+    return " ".join([*prefix, shell_join(argv)])
 
 
 def format_json(plan: LaunchPlan) -> str:

@@ -34,6 +34,7 @@ from pydantic import ValidationError
 from islab.agent_config import AgentConfigError, load_agent_config
 from islab.budget import rollout_length
 from islab.launcher.issues import Issue, SpecError, suggest
+from islab.launcher.launch_rules import shared_fields
 from islab.launcher.presets import apply_isaaclab, apply_mjlab, refuse_worker_only
 from islab.launcher.resumed import frozen_field_issue, run_dir_of, stored_layer
 from islab.launcher.spec import (
@@ -44,6 +45,7 @@ from islab.launcher.spec import (
     MODULE_PATTERN,
     Rendezvous,
     RunSpec,
+    parse_node_range,
 )
 from islab.libs.registry import LIBRARIES, launcher_of
 from islab.tasks import (
@@ -216,6 +218,7 @@ def resolve_spec(
             sources[name] = source
             origins[name] = provided.origin
 
+    given = dict(merged)  # before the presets rewrite task, num_envs, ... into their entry point
     if merged.get("mjlab"):
         apply_mjlab(merged, sources, origins)
     if merged.get("isaaclab") is not None:
@@ -239,7 +242,7 @@ def resolve_spec(
     if issue is not None:
         raise SpecError(Issue(_label(issue.field, origins), issue.problem, issue.fix))
     # Under SLURM, srun gives every node the same command line: its options are shared already.
-    issue = None if slurm_layer else _shared_field_issue(spec, file_layer, merged, sources, origins)
+    issue = None if slurm_layer else _shared_field_issue(spec, file_layer, given, sources, origins)
     if issue is not None:
         raise SpecError(issue)
     return ResolvedSpec(
@@ -250,39 +253,62 @@ def resolve_spec(
     )
 
 
-# What every node of a multi-node job must agree on. torchrun's rendezvous does support nodes with
-# different --nproc-per-node (the world size is summed at the rendezvous), so that one may differ
-# per node -- except for skrl-JAX, where each rank is told JAX_WORLD_SIZE = nnodes x nproc.
-_SHARED_FIELDS = (
-    "lib", "ml_framework", "task", "nnodes", "coordinator_address", "rendezvous.backend",
-    "rendezvous.master_addr", "rendezvous.master_port", "rendezvous.endpoint", "rendezvous.id",
-)  # fmt: skip
-
-
 def _shared_field_issue(
-    spec: RunSpec, file_layer: Mapping[str, Provided], merged: Mapping[str, Any],
+    spec: RunSpec, file_layer: Mapping[str, Provided], given: Mapping[str, Any],
     sources: Mapping[str, Source], origins: Mapping[str, str],
 ) -> Issue | None:  # fmt: skip
-    """A per-node option (command line / ISLAB_*) that changes what the shared cluster file says
-    every node must agree on: the nodes would disagree and hang at the rendezvous. It applies to
-    one node of the file's multi-node job (``--node-rank`` given); elsewhere the command line still
-    overrides the file as usual (e.g. reusing a file's settings for another job)."""
-    file_nnodes = file_layer["nnodes"].value if "nnodes" in file_layer else 1
-    if spec.node_rank is None or spec.nnodes <= 1 or file_nnodes in (1, "1"):
+    """A per-node option (command line / ``ISLAB_*``) that gives a field every node must agree on
+    (:data:`~islab.launcher.launch_rules.SHARED_FIELDS`) another value than the shared cluster file
+    does -- its own value, or the default when it sets none: the other nodes run the file, so the
+    nodes would hang at the rendezvous or train different things. It applies to one node of the
+    file's multi-node job (``--node-rank`` given); elsewhere the command line still overrides the
+    file as usual (e.g. reusing a file's settings for one node). ``given``: the merged layers before
+    the presets rewrote them."""
+    file_nnodes = parse_node_range(str(file_layer["nnodes"].value)) if "nnodes" in file_layer else None
+    if spec.node_rank is None or spec.nnodes <= 1 or file_nnodes is None or file_nnodes[1] <= 1:
         return None
-    shared = _SHARED_FIELDS
-    if launcher_of(spec.lib, spec.ml_framework) == "skrl-jax":
-        shared = (*shared, "nproc_per_node")
-    for name in shared:
-        overridden = name in file_layer and sources.get(name) in (Source.CLI, Source.ENV)
-        if overridden and merged[name] != file_layer[name].value:
+    launcher = launcher_of(spec.lib, spec.ml_framework)
+    file_name = next(iter(file_layer.values())).origin.split(":")[0]
+    for name in shared_fields(launcher):
+        if sources.get(name) not in (Source.CLI, Source.ENV) or name not in given:
+            continue  # from the file, a default, or derived by a preset from a field checked itself
+        shared = file_layer[name].value if name in file_layer else _shared_default(name, file_layer)
+        replaced = _RIVALS.get(name) in file_layer  # e.g. --max-iterations over the file's total_env_steps
+        if replaced or _comparable(name, given[name]) != _comparable(name, shared):
+            what = (
+                f"the file's {_RIVALS[name]}"
+                if replaced
+                else (
+                    f"the file's {shared!r}" if name in file_layer else f"the default {shared!r} (the file sets none)"
+                )
+            )
             return Issue(
                 _label(name, origins),
-                f"{merged[name]!r} differs from the shared cluster file's {file_layer[name].value!r}, "
-                "which every node must agree on (the other nodes would wait at the rendezvous)",
-                f"Change it in {file_layer[name].origin.split(':')[0]} for all nodes, or drop the option",
-            )
+                f"{given[name]!r} on this node differs from {what}, which every node of the {file_name} job "
+                "must agree on (the other nodes would hang at the rendezvous or train something else)",
+                f"Set it in {file_name} for all nodes, or drop the option",
+            )  # fmt: skip
     return None
+
+
+def _shared_default(name: str, file_layer: Mapping[str, Provided]) -> Any:
+    """What a node running the cluster file alone gets for ``name``: the task's environment count,
+    or the schema's default."""
+    if name == "num_envs":
+        task = file_layer["task"].value if "task" in file_layer else DEFAULT_TASK
+        return TASKS[task].default_num_envs if task in TASKS else None
+    section, _, key = name.rpartition(".")
+    model = Rendezvous if section == "rendezvous" else RunSpec
+    return model.model_fields[key].get_default(call_default_factory=True)
+
+
+def _comparable(name: str, value: Any) -> Any:
+    """One form for a value as a layer gives it: ``2`` and ``"2:2"`` nodes, lists and tuples."""
+    if name == "nnodes":
+        return parse_node_range(str(value)) or value
+    if isinstance(value, list | tuple):
+        return [str(item) for item in value]
+    return dict(value) if isinstance(value, Mapping) else value
 
 
 def _announce_task_module(module: Any, origins: Mapping[str, str]) -> None:

@@ -36,6 +36,7 @@ from islab.launcher.addresses import join_host_port
 from islab.launcher.issues import Issue, SpecError
 from islab.launcher.resolve import Provided
 from islab.launcher.spec import RunSpec
+from islab.launcher.text import shell_join
 from islab.libs.registry import LIBRARIES, launcher_of
 
 PORT_BASE = 20000
@@ -253,7 +254,7 @@ def sbatch_script(options: BatchOptions, node_command: Sequence[str]) -> str:
         "# job-derived port from SLURM (--slurm), then starts its node's ranks.",
         "set -euo pipefail",
         'echo "islab-train job $SLURM_JOB_ID on $SLURM_JOB_NODELIST"',
-        f"exec {shlex.join(srun)} \\\n    {shlex.join(node_command)}",
+        f"exec {shlex.join(srun)} \\\n    {shell_join(node_command)}",
     ]
     return "\n".join(lines) + "\n"
 

@@ -293,10 +293,10 @@ class RunSpec(_Frozen):
             )
         return value
 
-    @field_validator("log_dir", "python", "resume")
+    @field_validator("log_dir", "python", "resume", "isaaclab")
     @classmethod
     def _printable_path(cls, value: str | None, info: Any) -> str | None:
-        if value is None and info.field_name == "resume":
+        if value is None and info.field_name in ("resume", "isaaclab"):
             return value
         if not value or unsafe_character(value):
             raise rule(
@@ -384,7 +384,7 @@ class RunSpec(_Frozen):
                 "Write e.g. entrypoint: {script: train.py} (or --script PATH / --module NAME / --command NAME)",
             )
         name = value[kinds[0]]
-        if not isinstance(name, str) or not name.strip() or any(ch in name for ch in "\n\r\0"):
+        if not isinstance(name, str) or not name.strip() or unsafe_character(name):
             raise rule(f"entrypoint.{kinds[0]}", f"{name!r} is empty or not one line of text", "Give a path or name")
         return {kinds[0]: name}
 

@@ -283,11 +283,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     digest = state_digest(adapter.policy_state())
     rundir.write_digest(run_dir, ctx.rank, digest)
+    library_checkpoint = result.checkpoint
     summary = {
-        **result.to_dict(),
+        **{key: value for key, value in result.to_dict().items() if key != "checkpoint"},
+        rundir.SUMMARY_CHECKPOINT: None,  # rank 0's islab checkpoint, below
+        rundir.SUMMARY_LIBRARY_CHECKPOINT: library_checkpoint,
         "iteration": adapter.iteration,
         "start_iteration": start_iteration,
-        "islab_checkpoint": None,
         "resumed": resumed,
         "total_env_steps": args.total_env_steps,
         "world_size": ctx.world_size,
@@ -295,7 +297,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     if ctx.is_main:
         written = adapter.checkpointer.last_written
-        summary["islab_checkpoint"] = str(written) if written else None
+        summary[rundir.SUMMARY_CHECKPOINT] = str(written) if written else None
         summary["env_steps_per_s"] = result.env_steps / result.wall_s if result.wall_s > 0 else None
         rundir.write_summary(run_dir, summary)
     env.close()
