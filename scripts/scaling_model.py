@@ -180,6 +180,13 @@ def bench() -> dict[str, Any]:
     return json.loads(BENCH_JSON.read_text(encoding="utf-8"))
 
 
+def cartpole_training(measured: dict[str, Any]) -> dict[str, Any]:
+    """Cartpole's per-library training numbers of a bench report: ``train.tasks[CARTPOLE].libs``
+    (bench.py with the task dimension), or ``train.libs`` in reports written before it."""
+    train = measured["train"]
+    return train["tasks"][CARTPOLE]["libs"] if "tasks" in train else train["libs"]
+
+
 @dataclass(frozen=True)
 class Workload:
     """What one library does per iteration on one GPU, from its config."""
@@ -208,7 +215,7 @@ def workloads(measured: dict[str, Any] | None = None) -> dict[str, Workload]:
     measured = measured or bench()
     obs, act = task_sizes()
     small = 2 * obs + 1  # normalizer moments (count, sum, sum of squares) are the largest small one
-    runs = measured["train"]["libs"]
+    runs = cartpole_training(measured)
     stock = {lib: round(runs[lib]["median"]["collective_calls_per_iteration"]) for lib in LIBS}
 
     rsl = agent_config("rsl_rl")
@@ -449,7 +456,7 @@ def validate_cpu(work: dict[str, Workload], measured: dict[str, Any]) -> list[di
     latencies = measured["train"]["gloo_latency"]["floats"]
     rows = []
     for lib in LIBS:
-        med = measured["train"]["libs"][lib]["median"]
+        med = cartpole_training(measured)[lib]["median"]
         w = work[lib]
         compute = NUM_ENVS * w.rollout / med["steps_per_s_1rank"]
         sync = sum(c * gloo_allreduce_s(floats * FLOAT_BYTES, latencies) for c, floats in w.collectives("stock"))

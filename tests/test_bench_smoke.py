@@ -1,33 +1,56 @@
 """The benchmark script cannot rot: run ``scripts/bench.py --quick`` (tiny sizes, one run, every
-section, the real launcher with 1 and 2 CPU ranks) and check the report's shape. No timing
-assertions: numbers on a CI machine mean nothing, only that every section produced them."""
+section, the real launcher with 1 and 2 CPU ranks, Cartpole and Quadcopter) and check the report's
+shape. No timing assertions: numbers on a CI machine mean nothing, only that every section produced them."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+TASKS = ("Islab-Cartpole-v0", "Islab-Quadcopter-v0")
+
+
+def load_bench() -> ModuleType:
+    """scripts/bench.py as a module (it is a script, not a package module)."""
+    spec = importlib.util.spec_from_file_location("islab_bench_script", ROOT / "scripts" / "bench.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve the module's annotations through it
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.mark.slow
 def test_quick_benchmark_runs_every_section(tmp_path: Path) -> None:
     out, raw = tmp_path / "bench.md", tmp_path / "bench.json"
     command = [sys.executable, str(ROOT / "scripts" / "bench.py"), "--quick", "--out", str(out), "--json", str(raw)]
+    command += ["--tasks", ",".join(TASKS)]
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert completed.returncode == 0, completed.stderr[-3000:]
 
     report = json.loads(raw.read_text())
     assert {"meta", "env", "train", "tts", "cli"} <= set(report)
-    env = report["env"]
+    assert report["meta"]["tasks"] == list(TASKS)
+    env = report["env"]["tasks"]
+    assert list(env) == list(TASKS)
     for variant in ("gymnasium", "eager"):
-        assert all(rate and rate > 0 for rate in env["median"][variant].values()), variant
-    assert env["blas"]  # which BLAS kernel numpy ran is recorded
-    rsl_rl = report["train"]["libs"]["rsl_rl"]
+        assert all(rate and rate > 0 for rate in env[TASKS[0]]["median"][variant].values()), variant
+    assert env[TASKS[0]]["blas"]  # which BLAS kernel numpy ran is recorded
+    assert env[TASKS[1]]["variants"] == ["eager"]  # no gymnasium twin, no compiled step
+    assert all(rate and rate > 0 for rate in env[TASKS[1]]["median"]["eager"].values())
+    train = report["train"]["tasks"]
+    assert list(train) == list(TASKS)
+    quadcopter = train[TASKS[1]]["libs"]["rsl_rl"]
+    assert quadcopter["returncodes"] == [0, 0, 0, 0]
+    assert quadcopter["median"]["steps_per_s_1rank"] > 0 and quadcopter["median"]["scaling_paired"] > 0
+    rsl_rl = train[TASKS[0]]["libs"]["rsl_rl"]
     assert rsl_rl["returncodes"] == [0, 0, 0, 0]  # 1 rank, 2 ranks, 2 independent 1-rank jobs
     median = rsl_rl["median"]
     assert median["machine_ceiling"] > 0  # both independent jobs measured
@@ -46,6 +69,41 @@ def test_quick_benchmark_runs_every_section(tmp_path: Path) -> None:
     for heading in ("## 1.", "## 2-4.", "## 8.", "## 5.", "## 6.", "## 7. GPU", "## Commands"):
         assert heading in markdown
     assert "python scripts/bench.py --device cuda" in markdown
+    env_table, train_table = (markdown.split(heading, 1)[1].split("\n\n")[1] for heading in ("## 1.", "## 2-4."))
+    assert env_table.startswith("| task | num_envs |") and train_table.startswith("| task | library |")
+    for task in TASKS:  # a row per (task, size) and per (task, library)
+        assert [line.split(" | ")[1] for line in env_table.splitlines() if line.startswith(f"| {task} |")] == [
+            "64",
+            "256",
+        ]
+        assert [line.split(" | ")[1] for line in train_table.splitlines() if line.startswith(f"| {task} |")] == [
+            "rsl_rl"
+        ]
+    wall = env[TASKS[1]]["wall_s"] + quadcopter["launch_wall_s"]
+    print(f"Quadcopter's share of this run: {wall:.1f} s")  # the task dimension's CI cost (pytest -s)
+
+
+def test_tasks_option_takes_comma_or_space_separated_ids_and_rejects_unknown_ones(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bench = load_bench()
+    assert bench.resolve_tasks(["Islab-Cartpole-v0,Islab-Quadcopter-v0", "Islab-Cartpole-v0"]) == (list(TASKS), {})
+    assert bench.main(["--quick", "--tasks", "Islab-Cartpole-v0,Nope"]) == 2  # before anything runs
+    error = capsys.readouterr().err
+    assert error.startswith("error: tasks: unknown task 'Nope'. Use one of: ") and "Islab-Quadcopter-v0" in error
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("mjlab") is not None, reason="checks the note shown where mjlab is not installed"
+)
+def test_an_mjlab_task_without_mjlab_is_skipped_with_a_note(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bench = load_bench()
+    out = tmp_path / "bench.md"  # the env section with only an mjlab task: nothing runs, the report says why
+    assert bench.main(["--quick", "--sections", "env", "--tasks", "Mjlab-Cartpole-Balance", "--out", str(out)]) == 0
+    why = "needs the [mjlab] extra (mjlab is not importable): pip install 'islab-train[mjlab]'"
+    assert f"[bench] skip task Mjlab-Cartpole-Balance: {why}" in capsys.readouterr().err
+    report = out.read_text()
+    assert f"- skipped task Mjlab-Cartpole-Balance: {why}" in report and "- tasks (sections 1-4): none" in report
 
 
 def test_probe_recognizes_only_worker_ranks() -> None:
