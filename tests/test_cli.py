@@ -478,6 +478,7 @@ _DISAGREEING = {
     "overrides": ({}, ["algorithm.clip_param=0.3"]),
     "resume": ({}, ["--resume", "RUN"]),
     "checkpoint_interval": ({}, ["--checkpoint-interval", "3"]),
+    "logger": ({}, ["--logger", "wandb"]),
     "entrypoint": ({}, ["--script", "train.py"]),
     "args": ({"entrypoint": {"script": "train.py"}, "args": ["--a"]}, ["--", "--b"]),
     "isaaclab": ({"task": "Isaac-Cartpole-v0"}, ["--isaaclab", "ISAACLAB"]),

@@ -175,6 +175,8 @@ def test_jax_multinode_ranks_match_what_skrls_launcher_would_set(monkeypatch):
     every rank with the ranks islab-train starts itself."""
     from skrl.utils.distributed.jax import launcher
 
+    for name in [name for name in os.environ if name.startswith("JAX_")]:  # e.g. the session's compile cache
+        monkeypatch.delenv(name)
     plan = plan_for(
         lib="skrl", ml_framework="jax", device="cpu", nnodes=2, nproc_per_node=2,
         coordinator_address="10.0.0.1:7777",

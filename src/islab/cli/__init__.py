@@ -21,7 +21,7 @@ from typing import Any
 import typer
 
 from islab.cli import app as app_module
-from islab.cli.app import ARGV, PROG, app, source_of
+from islab.cli.app import PROG, app, source_of
 from islab.cli.commands import SUBCOMMANDS, commands
 from islab.cli.options import BY_NAME, OPTIONS
 from islab.launcher.issues import Issue, suggest
@@ -107,7 +107,6 @@ def run(argv: list[str] | None = None) -> int:
     if dash is not None:
         print(dash.message(), file=sys.stderr)
         return 2
-    ARGV[:] = args
     subcommand = _wants_subcommand(args, SUBCOMMANDS)
     if "--" in args and (not subcommand or args[0] in SPEC_SUBCOMMANDS):
         # Everything after `--` belongs to the entry point, verbatim (click would read options there);

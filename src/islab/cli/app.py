@@ -37,8 +37,6 @@ from islab.launcher.supervise import ConsoleOptions, run_plan
 from islab.launcher.torchrun import with_c10d_node_facts
 from islab.rundir import rank_log, write_launch_record
 
-# islab-train's own arguments as typed (set by islab.cli.run), for the "how to resume" hint.
-ARGV: list[str] = []
 # The arguments after `--` (None: no `--` was given), set by islab.cli.run before click parses the rest.
 ENTRY_ARGS: list[str] | None = None
 

@@ -16,14 +16,15 @@ if TYPE_CHECKING:
 # field must be classified. What may differ per node: its index, the interpreter's path and the
 # environment on that machine (NCCL_SOCKET_IFNAME names its interface), where it mounts the shared
 # log directory, and -- under torchrun, whose rendezvous sums the world size -- its process count.
-PER_NODE_FIELDS: tuple[str, ...] = ("node_rank", "python", "env", "log_dir", "nproc_per_node")
+# hang_timeout_s: each node watches (and can only signal) its own ranks.
+PER_NODE_FIELDS: tuple[str, ...] = ("node_rank", "python", "env", "log_dir", "nproc_per_node", "hang_timeout_s")
 # What every node must agree on: nodes that differ here hang at the rendezvous or in a collective,
 # or train something else than node 0 (the budget, seeds, checkpoints, the entry point). The run
 # directory's name of a multi-node job is derived from these alone (islab.launcher.plan.run_dir_for).
 SHARED_FIELDS: tuple[str, ...] = (
     "lib", "ml_framework", "task", "task_module", "num_envs", "seed", "max_iterations", "total_env_steps",
     "nnodes", "device", "max_restarts", "coordinator_address", "run_name", "overrides", "resume",
-    "checkpoint_interval", "entrypoint", "args", "isaaclab", "mjlab", "rendezvous.backend",
+    "checkpoint_interval", "logger", "entrypoint", "args", "isaaclab", "mjlab", "rendezvous.backend",
     "rendezvous.master_addr", "rendezvous.master_port", "rendezvous.endpoint", "rendezvous.id",
     "rendezvous.timeout_s",
 )  # fmt: skip

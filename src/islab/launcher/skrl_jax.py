@@ -1,8 +1,9 @@
 """skrl's JAX launcher: its command for the dry run, and the ranks islab-train starts in its place.
 
 ``python -m skrl.utils.distributed.jax --nnodes N --nproc_per_node P --node_rank K
---coordinator_address host:port <script> <worker args>`` is what a user would run (:func:`node_argv`;
-skrl's launcher runs a script path, not a module, so the worker's ``__main__.py`` is named).
+--coordinator_address host:port -- -m islab.worker <worker args>`` is what a user would run
+(:func:`node_argv`; skrl's launcher runs ``[python, *program]``, so ``-m islab.worker`` after ``--``
+is as portable as torchrun's command).
 It exits 0 even when a rank fails and hangs when a peer dies, so a real launch starts the same
 ranks itself (:func:`rank_envs`: exactly the ``JAX_*`` variables skrl's launcher sets), watches
 them and stops the others at the first failure (:class:`SkrlJaxNode`).

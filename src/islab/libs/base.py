@@ -194,7 +194,7 @@ class LibraryAdapter(ABC):
 
     def load_extra_rng_state(self, state: dict[str, Any]) -> None:
         """Inverse of ``extra_rng_state``."""
-        del state  # nothing beyond what islab.checkpoint restores itself
+        del state  # nothing beyond what islab.worker.checkpoint restores itself
 
 
 def state_digest(state: dict[str, Any]) -> str:
