@@ -175,14 +175,18 @@ class RslRlVecEnv(VecEnv):
         return self._last_mean_return
 
     def episode_stats(self) -> dict[str, torch.Tensor]:
+        last = self._last_mean_return
         return {
-            "returns": torch.tensor(list(self.episode_returns), dtype=torch.float64),
+            "finished": self._finished.detach().cpu().clone(),  # [sum, count] since the last report
+            "last_mean_return": torch.tensor([float("nan") if last is None else last], dtype=torch.float64),
             "running_return": self._running_return.detach().cpu().clone(),
         }
 
     def load_episode_stats(self, stats: dict[str, Any], *, env_restored: bool) -> None:
-        self.episode_returns.clear()
-        self.episode_returns.extend(stats["returns"].tolist() if "returns" in stats else [])
+        if "finished" in stats:
+            self._finished.copy_(stats["finished"].to(self._finished))
+        last = float(stats["last_mean_return"][0]) if "last_mean_return" in stats else float("nan")
+        self._last_mean_return = None if last != last else last  # NaN: no episode had finished
         running = stats.get("running_return")
         if env_restored and running is not None and running.shape == self._running_return.shape:
             self._running_return.copy_(running)
