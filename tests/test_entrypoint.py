@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -193,13 +194,18 @@ def test_mjlab_preset_maps_options_to_mjlab_train(islab):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("mjlab") is None, reason="needs the [mjlab] extra")
+@pytest.mark.skipif(
+    importlib.util.find_spec("mjlab") is None and os.environ.get("ISLAB_TEST_JOB") != "mjlab",
+    reason="needs the [mjlab] extra (CI's mjlab job installs it and fails without it)",
+)
 def test_mjlab_cartpole_trains_for_real_and_shows_its_reward(tmp_path):
     env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     run = _launch_one(tmp_path, "--mjlab", "--task", "Mjlab-Cartpole-Balance", "--device", "cpu", "--num-envs", "64",
                       "--max-iterations", "2", extra_env=env)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
-    assert "iteration 2/" in run.stdout and "mean return" in run.stdout, run.stdout
+    assert "iteration 2/" in run.stdout, run.stdout
+    # the reward mjlab's own train wrote to its TensorBoard events, shown as a number
+    assert re.search(r"mean return -?\d+\.\d+", run.stdout), run.stdout
 
 
 def _launch_one(tmp_path: Path, *args: str, extra_env: dict[str, str]) -> subprocess.CompletedProcess:
