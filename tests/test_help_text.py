@@ -44,3 +44,15 @@ def test_every_help_string_appears_intact(islab, monkeypatch, argv, command):
     assert checked > 0
     if not argv:
         assert "prefixed [rank R] (default" in shown  # the examples epilog
+
+
+def test_every_option_has_a_row_in_docs_cli_md():
+    """docs/CLI.md is the reference: an option added to the table without a row there fails here."""
+    from pathlib import Path
+
+    from islab.cli.options import OPTIONS
+
+    reference = (Path(__file__).parents[1] / "docs" / "CLI.md").read_text(encoding="utf-8")
+    rows = [line for line in reference.splitlines() if line.startswith("| `")]
+    missing = [o.flag for o in OPTIONS if not any(row.startswith(f"| `{o.flag}") for row in rows)]
+    assert not missing, f"options without a row in docs/CLI.md: {missing}"
