@@ -174,15 +174,18 @@ class RslRlVecEnv(VecEnv):
             self._finished.zero_()
         return self._last_mean_return
 
-    def episode_stats(self) -> dict[str, torch.Tensor]:
+    def episode_stats(self) -> dict[str, Any]:
         return {
-            "returns": torch.tensor(list(self.episode_returns), dtype=torch.float64),
+            "finished": self._finished.detach().cpu().clone(),  # [sum, count] since the last report
+            "last_mean_return": self._last_mean_return,
             "running_return": self._running_return.detach().cpu().clone(),
         }
 
     def load_episode_stats(self, stats: dict[str, Any], *, env_restored: bool) -> None:
-        self.episode_returns.clear()
-        self.episode_returns.extend(stats["returns"].tolist() if "returns" in stats else [])
+        finished = stats.get("finished")
+        if finished is not None and finished.shape == self._finished.shape:
+            self._finished.copy_(finished)
+        self._last_mean_return = stats.get("last_mean_return")
         running = stats.get("running_return")
         if env_restored and running is not None and running.shape == self._running_return.shape:
             self._running_return.copy_(running)
