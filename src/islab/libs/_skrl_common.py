@@ -23,6 +23,9 @@ and builds models, memory, agent and trainer from it. What a run must decide ins
   overwritten. Our env is already seeded with the rank's seed when built (``make_env``) and, on
   resume, restored from the checkpoint before training, so ``wrap_isaaclab_env`` makes that first
   reset pass no seed. (The env itself keeps honouring ``reset(seed=...)``: gymnasium's contract.)
+* The trainer resets the env when ``train`` starts. After a resume that would throw away the envs
+  the checkpoint restored mid-episode (and their running returns), so the wrapper's first reset
+  is made to read the restored envs' observations instead (``keep_restored_envs_on_first_reset``).
 
 Resume: skrl's trainer always counts timesteps from 0. After a resume at iteration N the agent
 sees timesteps shifted by ``N * rollouts`` (``timestep_offset``), so TensorBoard curves and skrl's
@@ -97,6 +100,27 @@ def wrap_isaaclab_env(wrap_env: Any, env: DirectRLEnv) -> Any:
     return wrapped
 
 
+def keep_restored_envs_on_first_reset(wrapped: Any, env: DirectRLEnv) -> None:
+    """Make skrl's wrapper's next (first) reset return ``env``'s current observations instead of
+    resetting it: the wrapper's own reset runs (its conversions, torch or JAX), with ``env.reset``
+    standing in for the env's reset during that one call. Later resets are the wrapper's own."""
+    if not getattr(wrapped, "_reset_once", False):  # skrl 2.1.1: its first reset, not yet done
+        raise RuntimeError(f"{type(wrapped).__name__} was reset before the restore: its observations are stale")
+    if "reset" in vars(wrapped):
+        return  # armed already
+    wrapper_reset = wrapped.reset
+
+    def first_reset(*args: Any, **kwargs: Any) -> Any:
+        del wrapped.reset  # from now on the wrapper's own reset
+        env.reset = lambda seed=None, options=None: (env._get_observations(), {})  # type: ignore[method-assign]
+        try:
+            return wrapper_reset(*args, **kwargs)
+        finally:
+            del env.reset  # the class's reset again
+
+    wrapped.reset = first_reset
+
+
 def pooled_moments(rows: Any) -> tuple[Any, Any, Any]:
     """Combine per-rank batch statistics into those of the union of all ranks' batches.
 
@@ -139,6 +163,15 @@ class EpisodeReturnMixin:
             return None
         return float(torch.stack([torch.as_tensor(value).float() for value in returns]).mean())
 
+    def episode_window(self) -> torch.Tensor:
+        """The recent per-step mean returns as one CPU tensor (the checkpoint's episode statistics)."""
+        returns = [torch.as_tensor(value).detach().float().cpu().reshape(()) for value in self.recent_episode_returns]
+        return torch.stack(returns) if returns else torch.zeros(0)
+
+    def load_episode_window(self, returns: torch.Tensor, device: torch.device | str) -> None:
+        self.recent_episode_returns.clear()
+        self.recent_episode_returns.extend(returns.to(device).unbind(0))
+
     def post_interaction(self, *, timestep: int, timesteps: int) -> None:
         offset = self.timestep_offset
         super().post_interaction(timestep=timestep + offset, timesteps=timesteps + offset)
@@ -170,6 +203,16 @@ class SkrlAdapter(LibraryAdapter):
     @property
     def agent(self) -> Any:
         return self.runner.agent
+
+    def episode_stats(self) -> dict[str, Any]:
+        # the per-env running returns are the env's own (episode_return_buf, in its state_dict)
+        return {"returns": self.agent.episode_window()} if hasattr(self.agent, "episode_window") else {}
+
+    def load_episode_stats(self, stats: dict[str, Any], *, env_restored: bool) -> None:
+        if hasattr(self.agent, "load_episode_window"):
+            self.agent.load_episode_window(stats.get("returns", torch.zeros(0)), self.env.device)
+        if env_restored:
+            keep_restored_envs_on_first_reset(self.runner.trainer.env, self.env)
 
     def train(self, max_iterations: int) -> TrainResult:
         steps = self.steps_per_iteration

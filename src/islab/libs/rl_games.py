@@ -46,6 +46,7 @@ What we fix, and why
   save although its schedulers overwrite the optimizer's rate from ``last_lr`` every epoch. The
   islab checkpoint is written from inside the epoch (``on_epoch``), before rl_games adds the
   epoch's frames to ``frame``; ``library_state`` adds them. ``epoch_num`` is the iteration count.
+  Episode statistics: ``islab.libs.rl_games_episodes``.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ from islab.budget import rollout_length
 from islab.envs.base import DirectRLEnv
 from islab.libs.base import LibraryAdapter, TrainResult, atomic_torch_save
 from islab.libs.fused_sync import all_reduce_float64, all_reduce_gradients_and, as_broadcast_float, use_fused_sync
+from islab.libs.rl_games_episodes import episode_stats, load_meters, put_back_sums
 from islab.libs.rl_games_normalizer import (
     GlobalRunningMeanStd,
     library_syncs_normalizer,
@@ -94,11 +96,15 @@ class RlGamesVecEnv(IVecEnv):
         # rl_games rescales its [-1, 1] actions to these bounds, so they must be finite.
         self.observation_space = gymnasium.spaces.Box(-clip_obs, clip_obs, shape=obs_size)
         self.action_space = gymnasium.spaces.Box(-clip_actions, clip_actions, shape=act_size)
+        self.keep_state_on_next_reset = False  # a resume loaded the envs mid-episode: train() resets first
 
     def _obs(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {"obs": obs["policy"].clamp(-self.clip_obs, self.clip_obs)}
 
     def reset(self) -> dict[str, torch.Tensor]:
+        if self.keep_state_on_next_reset:  # once: the restored envs go on where they were
+            self.keep_state_on_next_reset = False
+            return self._obs(self.env._get_observations())
         obs, _ = self.env.reset()
         return self._obs(obs)
 
@@ -131,6 +137,7 @@ class RankAwareA2CAgent(A2CAgent):
 
     def __init__(self, base_name: str, params: dict, ctx: RankContext) -> None:
         self.ctx = ctx
+        self.restored_sums: dict[str, torch.Tensor] = {}  # put back by init_tensors, once
         self.last_checkpoint: str | None = None  # the latest checkpoint rl_games wrote (rank 0)
         self.on_epoch: Callable[[int], None] | None = None  # called after every training epoch
         self.frames_pending = 0  # this epoch's frames while on_epoch runs (rl_games adds them after)
@@ -181,6 +188,11 @@ class RankAwareA2CAgent(A2CAgent):
             with patched(torch.cuda, "set_device", lambda device: None):
                 return super().train()
         return super().train()
+
+    def init_tensors(self) -> None:
+        super().init_tensors()  # train() calls it first: zero running sums, every env "done"
+        put_back_sums(self, self.restored_sums)  # after a restore: the saved envs' episodes go on
+        self.restored_sums = {}
 
     def train_epoch(self) -> tuple:
         # rl_games has no per-epoch callback for the caller; epoch_num was advanced just before.
@@ -432,6 +444,14 @@ class RlGamesAdapter(LibraryAdapter):
         agent.last_lr = float(state["last_lr"])
         agent.entropy_coef = float(state["entropy_coef"])
         self.iteration = int(agent.epoch_num)
+
+    def episode_stats(self) -> dict[str, Any]:
+        return episode_stats(self.agent)
+
+    def load_episode_stats(self, stats: dict[str, Any], *, env_restored: bool) -> None:
+        load_meters(self.agent, stats)  # the running sums belong to the saved envs' episodes:
+        self.agent.restored_sums = dict(stats.get("running") or {}) if env_restored else {}
+        self.vec_env.keep_state_on_next_reset = env_restored
 
     def policy_state(self) -> dict[str, torch.Tensor]:
         # The whole model: actor/critic MLP, mu and sigma heads, and the running_mean_std (obs) and

@@ -174,19 +174,18 @@ class RslRlVecEnv(VecEnv):
             self._finished.zero_()
         return self._last_mean_return
 
-    def episode_stats(self) -> dict[str, torch.Tensor]:
-        last = self._last_mean_return
+    def episode_stats(self) -> dict[str, Any]:
         return {
             "finished": self._finished.detach().cpu().clone(),  # [sum, count] since the last report
-            "last_mean_return": torch.tensor([float("nan") if last is None else last], dtype=torch.float64),
+            "last_mean_return": self._last_mean_return,
             "running_return": self._running_return.detach().cpu().clone(),
         }
 
     def load_episode_stats(self, stats: dict[str, Any], *, env_restored: bool) -> None:
-        if "finished" in stats:
-            self._finished.copy_(stats["finished"].to(self._finished))
-        last = float(stats["last_mean_return"][0]) if "last_mean_return" in stats else float("nan")
-        self._last_mean_return = None if last != last else last  # NaN: no episode had finished
+        finished = stats.get("finished")
+        if finished is not None and finished.shape == self._finished.shape:
+            self._finished.copy_(finished)
+        self._last_mean_return = stats.get("last_mean_return")
         running = stats.get("running_return")
         if env_restored and running is not None and running.shape == self._running_return.shape:
             self._running_return.copy_(running)
