@@ -43,6 +43,8 @@ PORT_SPAN = 20000
 # "2(x3),1" -> tasks per node of the step: 2, 2, 2, 1
 _TASKS_PER_NODE_ITEM = re.compile(r"(\d+)(?:\(x(\d+)\))?")
 _SBATCH_VALUE = re.compile(r"[^\n\r\0]+")
+# --requeue: SIGUSR1 this long before the time limit, so the ranks can checkpoint (islab.stopping)
+DEFAULT_SIGNAL_BEFORE_S = 120
 
 
 def in_srun_step(environ: Mapping[str, str]) -> bool:
@@ -207,6 +209,8 @@ class BatchOptions:
     gpus_per_node: int = 0
     partition: str | None = None
     time: str | None = None
+    requeue: bool = False  # requeue on preemption or node failure; SIGUSR1 before --time runs out
+    signal_before_s: int = DEFAULT_SIGNAL_BEFORE_S
 
 
 def batch_option_issues(options: BatchOptions) -> list[Issue]:
@@ -216,9 +220,22 @@ def batch_option_issues(options: BatchOptions) -> list[Issue]:
                         ("--time", options.time), ("--log-dir", options.output)):  # fmt: skip
         if value is not None and not _SBATCH_VALUE.fullmatch(value):
             issues.append(Issue(name, f"{value!r} is empty or contains a line break", "Give a one-line value"))
+    if options.signal_before_s < 1:
+        issues.append(Issue("--signal-before", f"must be at least 1 second, got {options.signal_before_s}",
+                            f"Give e.g. {DEFAULT_SIGNAL_BEFORE_S}"))  # fmt: skip
     if options.cpus_per_task < 1:
         issues.append(Issue("--cpus-per-task", f"must be at least 1, got {options.cpus_per_task}", "Give e.g. 8"))
     return issues
+
+
+def requeue_lines(options: BatchOptions) -> list[str]:
+    """``--requeue``: SLURM may requeue the job (preemption, node failure, ``scontrol requeue``),
+    and SIGUSR1 reaches the batch shell -- ``exec srun``, which forwards it to every node's
+    islab-train -- ``signal_before_s`` before the time limit. Either way the ranks checkpoint and
+    stop (exit 75), and the requeued job (same job id, same run directory) resumes by itself."""
+    if not options.requeue:
+        return []
+    return ["#SBATCH --requeue", f"#SBATCH --signal=B:USR1@{options.signal_before_s}"]
 
 
 def sbatch_script(options: BatchOptions, node_command: Sequence[str]) -> str:
@@ -241,6 +258,7 @@ def sbatch_script(options: BatchOptions, node_command: Sequence[str]) -> str:
         header.append(f"#SBATCH --time={quote(options.time)}")
     if options.gpus_per_node:
         header.append(f"#SBATCH --gres=gpu:{options.gpus_per_node}")
+    header += requeue_lines(options)
     srun = [
         "srun", "--nodes", str(options.nodes), "--ntasks-per-node=1", f"--cpus-per-task={options.cpus_per_task}",
         "--kill-on-bad-exit=1",
