@@ -415,11 +415,21 @@ def test_a_slurm_job_names_its_run_directory_after_the_job_id(islab, monkeypatch
     assert "slurm-123456" not in out
 
 
+# How the job is stopped mid-run: what `scontrol requeue` does (SIGTERM to every process of the step;
+# SLURM queues the job again), and what `#SBATCH --signal=B:USR1@N` does near the time limit (SIGUSR1
+# to the batch shell only; the script forwards it to srun and, once islab-train exited 75, requeues).
+STOPS = {
+    "scontrol-requeue": lambda job_id: ["scontrol", "requeue", job_id],
+    "time-limit-usr1": lambda job_id: ["scancel", "--batch", "--signal=USR1", job_id],
+}
+
+
 @pytest.mark.slow
-def test_requeued_job_resumes_by_itself_and_loses_at_most_one_iteration(slurm_cluster, tmp_path):
-    """`scontrol requeue` mid-run: SLURM stops the job (SIGTERM to every process of the step; the
-    ranks finish their iteration, rank 0 checkpoints it, exit 75), queues it again under the same id,
-    and the new run continues from its run directory's latest.pt to the original target."""
+@pytest.mark.parametrize("stop", list(STOPS))
+def test_requeued_job_resumes_by_itself_and_loses_at_most_one_iteration(slurm_cluster, tmp_path, stop):
+    """Stopped mid-run, the ranks finish their iteration, rank 0 checkpoints it (exit 75), the job is
+    queued again under the same id, and the new run continues from its run directory's latest.pt to
+    the original target."""
     env, base = slurm_cluster
     env = {k: v for k, v in env.items() if not k.startswith("ISLAB_")}
     log_dir = tmp_path / "runs"
@@ -440,8 +450,8 @@ def test_requeued_job_resumes_by_itself_and_loses_at_most_one_iteration(slurm_cl
         assert time.monotonic() < deadline, output.read_text() if output.exists() else "no job output"
         time.sleep(0.1)
     before = reported()
-    requeue = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, env=env, timeout=30)
-    assert requeue.returncode == 0, requeue.stderr
+    stopped = subprocess.run(STOPS[stop](job_id), capture_output=True, text=True, env=env, timeout=30)
+    assert stopped.returncode == 0, stopped.stderr
     # SLURM holds a requeued job back for 120 s (PENDING, Reason=BeginTime): start it now instead.
     deadline = time.monotonic() + 60
     while _job_state(env, job_id) != "PENDING":

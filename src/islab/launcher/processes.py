@@ -107,7 +107,17 @@ class ProcessGroups:
         self._previous: dict[int, Any] = {}
 
     def start(self, argv: Iterable[str], env: Mapping[str, str], **popen: Any) -> subprocess.Popen[bytes]:
-        process = subprocess.Popen(list(argv), env={**os.environ, **env}, start_new_session=True, **popen)
+        # The child starts with SIGUSR1 ignored (an ignored signal stays ignored across exec, down to
+        # the ranks, whose worker handles it once training starts): SLURM delivers a forwarded SIGUSR1
+        # to every process of the step, and torchrun, which does not handle it, would die of it and
+        # take the ranks down before they checkpoint. Our own handler is back right after the fork.
+        ignoring = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGUSR1, signal.SIG_IGN) if ignoring else None
+        try:
+            process = subprocess.Popen(list(argv), env={**os.environ, **env}, start_new_session=True, **popen)
+        finally:
+            if ignoring:
+                signal.signal(signal.SIGUSR1, previous)
         self.processes.append(process)
         return process
 

@@ -37,6 +37,7 @@ from islab.launcher.issues import Issue, SpecError
 from islab.launcher.resolve import Provided
 from islab.launcher.spec import RunSpec
 from islab.libs.registry import LIBRARIES, launcher_of
+from islab.stopping import PREEMPTED_EXIT_CODE
 
 PORT_BASE = 20000
 PORT_SPAN = 20000
@@ -229,9 +230,10 @@ def batch_option_issues(options: BatchOptions) -> list[Issue]:
 
 
 def requeue_lines(options: BatchOptions) -> list[str]:
-    """``--requeue``: SLURM may requeue the job (preemption, node failure, ``scontrol requeue``),
-    and SIGUSR1 reaches the batch shell -- ``exec srun``, which forwards it to every node's
-    islab-train -- ``signal_before_s`` before the time limit. Either way the ranks checkpoint and
+    """``--requeue``: SLURM may requeue the job (preemption, node failure, ``scontrol requeue``:
+    SIGTERM to every process of the step), and SIGUSR1 reaches the batch shell ``signal_before_s``
+    before the time limit; the script passes it to srun, which forwards it to every process of the
+    step, and requeues the job itself once they stopped. Either way the ranks checkpoint and
     stop (exit 75), and the requeued job (same job id, same run directory) resumes by itself."""
     if not options.requeue:
         return []
@@ -271,9 +273,33 @@ def sbatch_script(options: BatchOptions, node_command: Sequence[str]) -> str:
         "# job-derived port from SLURM (--slurm), then starts its node's ranks.",
         "set -euo pipefail",
         'echo "islab-train job $SLURM_JOB_ID on $SLURM_JOB_NODELIST"',
-        f"exec {shlex.join(srun)} \\\n    {shlex.join(node_command)}",
     ]
-    return "\n".join(lines) + "\n"
+    command = f"{shlex.join(srun)} \\\n    {shlex.join(node_command)}"
+    if not options.requeue:
+        return "\n".join([*lines, f"exec {command}"]) + "\n"
+    return "\n".join([*lines, *_REQUEUE_ON_USR1.format(command=command).splitlines()]) + "\n"
+
+
+# SIGUSR1 (--signal=B:USR1@N, the time limit is near) reaches this shell only: pass it to srun, which
+# forwards it to every process of the step (SIGTERM would make srun cancel the step at once). Once
+# every node's islab-train checkpointed and stopped (exit 75), requeue the job, which then resumes by
+# itself. SLURM requeues a preempted job (SIGTERM to every process) on its own.
+_REQUEUE_ON_USR1 = """\
+time_limit_near=0 srun_pid=
+trap 'time_limit_near=1; kill -USR1 "$srun_pid" 2>/dev/null || true' USR1
+{command} &
+srun_pid=$!
+status=0
+while :; do
+    wait "$srun_pid" && status=0 || status=$?
+    kill -0 "$srun_pid" 2>/dev/null || break  # wait also returns when the trap ran
+done
+if [ "$time_limit_near" = 1 ] && [ "$status" = {code} ]; then
+    echo "islab-train: checkpointed before the time limit; requeueing job $SLURM_JOB_ID"
+    scontrol requeue "$SLURM_JOB_ID"
+fi
+exit "$status"
+""".replace("{code}", str(PREEMPTED_EXIT_CODE))
 
 
 __all__ = [

@@ -308,9 +308,6 @@ def failure_message(
 # ----------------------------------------------------------------------------------------------
 
 
-TORCHRUN_SIGNALS = "TORCHELASTIC_SIGNALS_TO_HANDLE"
-
-
 def ranks_env(env: Mapping[str, str], nproc: int, cores: int | None = None) -> dict[str, str]:
     """The node's env plus ``OMP_NUM_THREADS``: the ranks on a node share its cores, ``cores // N``
     each (what islab.worker.context.cpu_threads_per_rank gives torch). Setting it ourselves also
@@ -338,10 +335,8 @@ class TorchrunNode:
 
     def children(self) -> list[Child]:
         argv = supervised_argv(self.node.argv, self.log_dir)
-        # SLURM may deliver SIGUSR1 to every process of the step: torchrun then forwards it to the
-        # ranks (which checkpoint and stop) instead of dying of it (torch >= 2.6 reads this list).
-        env = {TORCHRUN_SIGNALS: "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1", **ranks_env(self.node.env, nproc_of(argv))}
-        return [Child(argv, env, rank=None, first_rank=self.first_rank, tail_lines=400)]
+        return [Child(argv, ranks_env(self.node.env, nproc_of(argv)), rank=None, first_rank=self.first_rank,
+                      tail_lines=400)]
 
     def observe(self, rank: int | None, line: str) -> None:
         """torchrun enforces the rendezvous timeout itself."""
