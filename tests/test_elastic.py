@@ -24,10 +24,12 @@ TASK = "Islab-Cartpole-v0"
 RUN_IDENTITY = identity("rsl_rl", "torch", TASK, (4,), (1,))
 
 
-def write_checkpoint(path: Path, iteration: int, target: int, job_id: str | None = None) -> None:
+def write_checkpoint(
+    path: Path, iteration: int, target: int, job_id: str | None = None, slurm_job_id: str | None = None
+) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     checkpoint = {"format": FORMAT, **RUN_IDENTITY, "iteration": iteration,
-                  "spec": {"target_iteration": target, "job_id": job_id}}  # fmt: skip
+                  "spec": {"target_iteration": target, "job_id": job_id, "slurm_job_id": slurm_job_id}}  # fmt: skip
     buffer = io.BytesIO()
     torch.save(checkpoint, buffer)
     path.write_bytes(buffer.getvalue())
@@ -66,8 +68,26 @@ def test_restart_ignores_a_latest_of_another_job(tmp_path: Path) -> None:
     environ = {"TORCHELASTIC_RESTART_COUNT": "1", "TORCHELASTIC_RUN_ID": "job-new"}
     point = find_resume_point(args(tmp_path, 5, tmp_path), SingleProcess(), RUN_IDENTITY, environ)
     assert point.reason == "resume" and point.target_iteration == 25
-    assert same_job({"spec": {"job_id": "none"}}, "job-new")  # static rendezvous: no id to compare
-    assert not same_job({"spec": {"job_id": "job-old"}}, "job-new")
+    assert same_job({"spec": {"job_id": "none"}}, {"TORCHELASTIC_RUN_ID": "job-new"})  # static: no id to compare
+    assert not same_job({"spec": {"job_id": "job-old"}}, {"TORCHELASTIC_RUN_ID": "job-new"})
+
+
+def test_requeued_slurm_job_resumes_its_own_latest_to_the_original_target(tmp_path: Path) -> None:
+    """A requeued SLURM job (same SLURM_JOB_ID, SLURM_RESTART_COUNT > 0) continues by itself."""
+    path = tmp_path / "checkpoints" / "latest.pt"
+    write_checkpoint(path, 4, 10, slurm_job_id="77")
+    requeued = {"SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "1", "TORCHELASTIC_RUN_ID": "none"}
+    point = find_resume_point(args(tmp_path), SingleProcess(), RUN_IDENTITY, requeued)
+    assert (point.checkpoint["iteration"], point.target_iteration, point.reason) == (4, 10, "SLURM requeue 1")
+    # the first run of the job, or another job's checkpoint (a run resumed in place): no requeue resume
+    first = find_resume_point(args(tmp_path), SingleProcess(), RUN_IDENTITY, {**requeued, "SLURM_RESTART_COUNT": "0"})
+    assert first.reason == "new" and first.target_iteration == 10
+    another_job = {**requeued, "SLURM_JOB_ID": "78"}
+    other = find_resume_point(args(tmp_path, 5, tmp_path), SingleProcess(), RUN_IDENTITY, another_job)
+    assert other.reason == "resume" and other.target_iteration == 9
+    # requeued before its first checkpoint: starts as the first attempt did
+    path.unlink()
+    assert find_resume_point(args(tmp_path), SingleProcess(), RUN_IDENTITY, requeued).reason == "new"
 
 
 def test_last_reported_iteration_skips_a_torn_line(tmp_path: Path) -> None:

@@ -10,8 +10,11 @@ test can clean up after it), with 2 CPU ranks and 64 environments per rank.
 * A rank that hangs after iteration K (``ISLAB_TEST_HANG_RANK=1``) ends the job within
   ``--hang-timeout`` S + 15 s with exit 1; the last line names the rank and where it is stuck
   (file:line from the stack faulthandler wrote into its log).
-* SIGINT/SIGTERM to islab-train stop every process of the job: all processes collected from
-  the process tree while it ran are gone 10 s after the signal, and the exit code is 130/143.
+* SIGINT to islab-train stops every process of the job: all processes collected from the
+  process tree while it ran are gone 10 s after the signal, and the exit code is 130.
+* A preempting signal (SIGTERM, SIGUSR1) to islab-train: every rank stops after the same
+  iteration, rank 0 checkpoints it, the exit code is 75, nothing is left running, and
+  ``islab-train --resume RUN_DIR`` goes on from there.
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ import psutil
 import pytest
 from netns import alive, collect_tree, kill_all, run_dir_of, training_under_way, wait_until
 
+from islab import rundir
 from islab.launcher import failures, processes, torchrun
+from islab.stopping import PREEMPT_GRACE_S, PREEMPTED_EXIT_CODE
 
 FAIL_FAST_S = 15.0  # a failed rank -> islab-train has exited
 STOP_S = 10.0  # SIGINT/SIGTERM -> no process of the job is left
@@ -217,23 +222,25 @@ from types import MappingProxyType
 from islab.launcher import supervise
 from islab.launcher.plan import LaunchPlan, NodePlan
 plan = LaunchPlan("torchrun", "run", (NodePlan(0, (sys.executable, "-c", sys.argv[1]), MappingProxyType({})),))
-sys.exit(supervise.run_plan(plan, 0))
+sys.exit(supervise.run_plan(plan, 0, preempt_grace_s=PREEMPT_GRACE_S))
 """
+PREEMPT_GRACE_FOR_TEST_S = 3.0
 
 
-@pytest.mark.parametrize(("signum", "expected"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(("signum", "expected"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGUSR1, 138)])
 def test_signal_reaches_a_rank_in_its_own_session(tmp_path, signum, expected):
     """torchrun starts each rank in a new session, out of reach of killpg(torchrun): the supervisor
     must find and stop it anyway. Here the "launcher" ignores the signal and its "rank" runs in a
-    session of its own; both must be gone within 10 s."""
+    session of its own; both must be gone within 10 s. A preempting signal that no rank answers with
+    a checkpoint ends in SIGKILL after the preemption grace (3 s here) and 128 + signal."""
     pid_file = tmp_path / "rank.pid"
     launcher = (
         "import signal, subprocess, sys, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
-        "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); signal.signal(signal.SIGUSR1, signal.SIG_IGN); "
         "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], start_new_session=True); "
         f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(120)"
     )
-    (tmp_path / "driver.py").write_text(DRIVER)
+    (tmp_path / "driver.py").write_text(DRIVER.replace("PREEMPT_GRACE_S", str(PREEMPT_GRACE_FOR_TEST_S)))
     driver = subprocess.Popen([sys.executable, str(tmp_path / "driver.py"), launcher], cwd=tmp_path)
     seen: dict = {}
     try:
@@ -340,7 +347,7 @@ def test_hung_rank_is_named_with_its_stack_and_the_job_stopped(start_job):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", list(PATHS))
-@pytest.mark.parametrize(("signum", "expected"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(("signum", "expected"), [(signal.SIGINT, 130)])
 def test_signal_stops_every_process_of_the_job(start_job, path, signum, expected):
     job = start_job(path, max_iterations=100000)
     wait_for_training(job, path)
@@ -361,3 +368,48 @@ def test_signal_stops_every_process_of_the_job(start_job, path, signum, expected
     assert f"islab-train: stopped by {signal.Signals(signum).name}; run directory: {job.run_dir}" in lines, after
     resume = f"islab-train --resume {job.run_dir}"
     assert lines[-1].strip() == resume or "nothing to resume" in lines[-1], after
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("path", "signum"), [("torchrun-rsl_rl", signal.SIGUSR1), ("skrl-jax", signal.SIGTERM)])
+def test_preempting_signal_checkpoints_the_iteration_and_exits_75(start_job, path, signum):
+    import torch
+
+    job = start_job(path, max_iterations=100000, extra_args=("--checkpoint-interval", "100000"))
+    wait_until(lambda: job.process.poll() is not None or training_under_way(job.run_dir, iterations=2),
+               START_TIMEOUT_S, "training to be under way", interval_s=0.1)  # fmt: skip
+    job.collect()
+    reported_before = max(record["iteration"] for record in rundir.read_progress(job.run_dir))
+    job.process.send_signal(signum)
+    signalled_at = time.monotonic()
+    code = job.wait_exit(PREEMPT_GRACE_S + 10)
+    wait_until(lambda: not alive(job.seen), 5, "the job to end")
+    print(f"{path}: {signum.name} after iteration {reported_before} -> exit {code} after "
+          f"{time.monotonic() - signalled_at:.2f} s")  # fmt: skip
+    assert code == PREEMPTED_EXIT_CODE, job.stderr()[-3000:]
+    checkpoint = torch.load(rundir.latest_checkpoint(job.run_dir), map_location="cpu", weights_only=True)
+    reported_after = max(record["iteration"] for record in rundir.read_progress(job.run_dir))
+    # Nothing trained is lost (the checkpoint holds the last iteration reported), and the ranks stopped
+    # after the iteration under way: +1, or +2 when one more finished between our read and the signal.
+    assert checkpoint["iteration"] == reported_after, (checkpoint["iteration"], reported_after)
+    assert reported_before <= checkpoint["iteration"] <= reported_before + 2, (reported_before, checkpoint["iteration"])
+    summary = rundir.read_summary(job.run_dir)
+    # the ranks name the copy they saw first (torchrun forwards SIGTERM; islab-train sends them SIGUSR1)
+    assert summary["preempted"]["iteration"] == checkpoint["iteration"]
+    assert summary["preempted"]["signal"] in ("SIGTERM", "SIGUSR1")
+    lines = job.stderr().strip().splitlines()
+    assert "Traceback" not in job.stderr()
+    assert (f"islab-train: preempted by {signum.name}: stopped after iteration {checkpoint['iteration']} and "
+            f"checkpointed it; run directory: {job.run_dir}") in lines, lines[-4:]  # fmt: skip
+    assert lines[-1].strip() == f"islab-train --resume {job.run_dir}"
+    if path != "torchrun-rsl_rl":
+        return
+    # the resume command goes on from the checkpoint (2 more iterations, the stored spec for the rest)
+    env = {name: value for name, value in os.environ.items() if not name.startswith(("ISLAB_", "SLURM_"))}
+    resumed = subprocess.run(
+        [sys.executable, "-m", "islab.cli", "--resume", str(job.run_dir), "--max-iterations", "2"],
+        capture_output=True, text=True, env={**env, "CUDA_VISIBLE_DEVICES": ""}, timeout=START_TIMEOUT_S,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    summary = rundir.read_summary(job.run_dir)
+    assert (summary["start_iteration"], summary["iteration"]) == (checkpoint["iteration"], checkpoint["iteration"] + 2)

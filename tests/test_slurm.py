@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from islab import rundir
 from islab.launcher import slurm
 from islab.launcher.issues import SpecError
 from islab.launcher.probes import find_free_port
@@ -354,6 +355,13 @@ DDP_SCRIPT = Path(__file__).parent / "fixtures" / "ddp_finetune.py"
 
 def _submit_and_wait(env: dict[str, str], cwd: Path, *args: str, wait_s: float = 150) -> str:
     """islab-train sbatch ARGS > job.sh; sbatch job.sh; wait until the job has left the queue."""
+    job_id = _submit(env, cwd, *args)
+    _wait_gone(env, job_id, wait_s)
+    return job_id
+
+
+def _submit(env: dict[str, str], cwd: Path, *args: str) -> str:
+    """islab-train sbatch ARGS > job.sh; sbatch job.sh; the job id."""
     generated = subprocess.run([sys.executable, "-m", "islab.cli", "sbatch", *args], capture_output=True,
                                text=True, env=env, cwd=cwd, timeout=60)  # fmt: skip
     assert generated.returncode == 0, generated.stderr
@@ -363,11 +371,100 @@ def _submit_and_wait(env: dict[str, str], cwd: Path, *args: str, wait_s: float =
         ["sbatch", "--parsable", str(job)], capture_output=True, text=True, env=env, cwd=cwd, timeout=30
     )
     assert submitted.returncode == 0, submitted.stderr
-    job_id = submitted.stdout.strip().split(";")[0]
+    return submitted.stdout.strip().split(";")[0]
+
+
+def _job_state(env: dict[str, str], job_id: str) -> str:
+    queue = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, env=env,
+                           timeout=30)  # fmt: skip
+    return queue.stdout.strip()
+
+
+def _wait_gone(env: dict[str, str], job_id: str, wait_s: float) -> None:
+    """Until the job has left the queue."""
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         queue = subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True, text=True, env=env, timeout=30)
         if job_id not in queue.stdout:
-            return job_id
+            return
         time.sleep(1)
     pytest.fail(f"job {job_id} still queued/running after {wait_s:.0f} s")
+
+
+def test_sbatch_requeue_adds_the_requeue_and_signal_lines(islab):
+    code, script, err = islab("sbatch", "--device", "cpu", "--nproc", "2", "--requeue", "--signal-before", "90")
+    assert code == 0, err
+    header = [line for line in script.splitlines() if line.startswith("#SBATCH")]
+    assert "#SBATCH --requeue" in header and "#SBATCH --signal=B:USR1@90" in header
+    code, script, _ = islab("sbatch", "--device", "cpu", "--nproc", "2")
+    assert "--requeue" not in script and "--signal" not in script  # only when asked
+    code, _, err = islab("sbatch", "--device", "cpu", "--requeue", "--signal-before", "0")
+    assert code == 2 and err.startswith("error: --signal-before: must be at least 1 second")
+
+
+def test_a_slurm_job_names_its_run_directory_after_the_job_id(islab, monkeypatch):
+    """A requeued job (same id) must find its run directory, and so its checkpoint, again."""
+    for name, value in srun_environ(SLURM_STEP_NUM_NODES="1", SLURM_NNODES="1", SLURM_NODEID="0",
+                                    SLURM_STEP_NODELIST="gpu01", SLURM_JOB_NODELIST="gpu01",
+                                    SLURM_STEP_TASKS_PER_NODE="1").items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    code, out, err = islab("--device", "cpu", "--log-dir", "runs", "--run-name", "x", "--dry-run")
+    assert code == 0, err
+    assert "# run dir: runs/rsl_rl/Islab-Cartpole-v0/slurm-123456_x" in out
+    code, out, _ = islab("--device", "cpu", "--log-dir", "runs", "--no-slurm", "--dry-run")
+    assert "slurm-123456" not in out
+
+
+# How the job is stopped mid-run: what `scontrol requeue` does (SIGTERM to every process of the step;
+# SLURM queues the job again), and what `#SBATCH --signal=B:USR1@N` does near the time limit (SIGUSR1
+# to the batch shell only; the script forwards it to srun and, once islab-train exited 75, requeues).
+STOPS = {
+    "scontrol-requeue": lambda job_id: ["scontrol", "requeue", job_id],
+    "time-limit-usr1": lambda job_id: ["scancel", "--batch", "--signal=USR1", job_id],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", list(STOPS))
+def test_requeued_job_resumes_by_itself_and_loses_at_most_one_iteration(slurm_cluster, tmp_path, stop):
+    """Stopped mid-run, the ranks finish their iteration, rank 0 checkpoints it (exit 75), the job is
+    queued again under the same id, and the new run continues from its run directory's latest.pt to
+    the original target."""
+    env, base = slurm_cluster
+    env = {k: v for k, v in env.items() if not k.startswith("ISLAB_")}
+    log_dir = tmp_path / "runs"
+    target = 12
+    print(f"slurmctld log: {base / 'slurmctld.log'}")
+    job_id = _submit(
+        env, tmp_path, "--requeue", "--device", "cpu", "--nproc", "2", "--num-envs", "64",
+        "--max-iterations", str(target), "--checkpoint-interval", "1000", "--log-dir", str(log_dir),
+    )  # fmt: skip
+    run_dir = log_dir / "rsl_rl" / "Islab-Cartpole-v0" / f"slurm-{job_id}"
+    output = log_dir / f"slurm-islab-rsl_rl-{job_id}.out"
+
+    def reported() -> int:
+        return max((record["iteration"] for record in rundir.read_progress(run_dir / "progress.jsonl")), default=0)
+
+    deadline = time.monotonic() + 120
+    while reported() < 2:
+        assert time.monotonic() < deadline, output.read_text() if output.exists() else "no job output"
+        time.sleep(0.1)
+    before = reported()
+    stopped = subprocess.run(STOPS[stop](job_id), capture_output=True, text=True, env=env, timeout=30)
+    assert stopped.returncode == 0, stopped.stderr
+    # SLURM holds a requeued job back for 120 s (PENDING, Reason=BeginTime): start it now instead.
+    deadline = time.monotonic() + 60
+    while _job_state(env, job_id) != "PENDING":
+        assert time.monotonic() < deadline, f"job {job_id} was not requeued: {_job_state(env, job_id)}"
+        time.sleep(0.2)
+    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env, check=True, timeout=30)
+    _wait_gone(env, job_id, wait_s=120)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    text = output.read_text()
+    assert summary["iteration"] == target, text[-3000:]
+    resumed = summary["resumed"]
+    assert resumed["reason"] == "SLURM requeue 1", text[-3000:]
+    # the checkpoint of the first run holds the iteration under way at the requeue (or the next one)
+    assert before <= resumed["iteration"] <= before + 2, (before, resumed)
+    assert resumed["lost_iterations"] <= 1, resumed
+    assert summary["start_iteration"] == resumed["iteration"] and summary["iterations"] == target - resumed["iteration"]

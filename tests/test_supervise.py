@@ -198,13 +198,15 @@ from islab.launcher import supervise
 from islab.launcher.plan import LaunchPlan, NodePlan
 child = sys.argv[1]
 plan = LaunchPlan("torchrun", "run", (NodePlan(0, (sys.executable, "-c", child), MappingProxyType({{}})),))
-sys.exit(supervise.run_plan(plan, 0, grace_s={grace}))
+sys.exit(supervise.run_plan(plan, 0, grace_s={grace}, preempt_grace_s={preempt_grace}))
 """
 
 
-def start_driver(tmp_path: Path, child_code: str, grace: float = 10.0) -> subprocess.Popen[bytes]:
+def start_driver(
+    tmp_path: Path, child_code: str, grace: float = 10.0, preempt_grace: float = 10.0
+) -> subprocess.Popen[bytes]:
     driver = tmp_path / "driver.py"
-    driver.write_text(DRIVER.format(grace=grace))
+    driver.write_text(DRIVER.format(grace=grace, preempt_grace=preempt_grace))
     return subprocess.Popen([PY, str(driver), child_code], cwd=tmp_path)
 
 
@@ -228,18 +230,24 @@ def test_signal_is_forwarded_to_the_group_and_exit_is_128_plus_n(tmp_path, signu
     assert not pid_alive(child_pid)
 
 
-def test_child_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
+@pytest.mark.parametrize(("signum", "expected"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_child_ignoring_the_signal_is_killed_after_the_grace_period(tmp_path, signum, expected):
+    """SIGINT: after the 5 s grace (0.5 here); SIGTERM, which asks the ranks to checkpoint first:
+    after the preemption grace (30 s; 2 here), and not before it."""
     pid_file = tmp_path / "child.pid"
     child = (
         "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "signal.signal(signal.SIGINT, signal.SIG_IGN); "
         f"open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
     )
-    driver = start_driver(tmp_path, child, grace=0.5)
+    driver = start_driver(tmp_path, child, grace=0.5, preempt_grace=2.0)
     child_pid = int(wait_for(pid_file))
     started = time.monotonic()
-    driver.send_signal(signal.SIGTERM)
-    assert driver.wait(timeout=15) == 143
-    assert time.monotonic() - started < 8
+    driver.send_signal(signum)
+    assert driver.wait(timeout=15) == expected
+    took = time.monotonic() - started
+    assert took < 8
+    assert took >= 2.0 or signum == signal.SIGINT, f"SIGKILLed {took:.1f} s after SIGTERM, before the grace"
     assert not pid_alive(child_pid)
 
 

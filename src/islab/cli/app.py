@@ -8,7 +8,7 @@ stderr, ``error: <field>: <what is wrong>. <fix>.``, with exit code 2 and no tra
 
 Exit codes: 0 success (or a dry run); 2 the spec or command line is wrong, nothing started;
 otherwise the training's own status (a failed rank gives non-zero; death by signal N gives 128+N;
-islab-train itself stopped by SIGINT/SIGTERM exits 130/143).
+islab-train itself stopped by SIGINT exits 130; preempted by SIGTERM/SIGUSR1 and checkpointed, 75).
 
 Keep imports light: ``--help``, ``--dry-run`` and spec errors must not import torch, numpy or any
 RL library (CI runs them constantly). typer does not import rich until help is rendered.
@@ -31,7 +31,7 @@ from islab.launcher.addresses import split_host_port
 from islab.launcher.issues import Issue, SpecError, mask_env
 from islab.launcher.plan import LaunchPlan
 from islab.launcher.probes import find_free_port, local_address_towards, visible_gpu_count
-from islab.launcher.resolve import Provided, ResolvedSpec, resolve_spec
+from islab.launcher.resolve import Provided, ResolvedSpec, Source, resolve_spec
 from islab.launcher.spec import RunSpec
 from islab.launcher.supervise import ConsoleOptions, run_plan
 from islab.launcher.torchrun import with_c10d_node_facts
@@ -82,7 +82,7 @@ Commands: islab-train doctor | sbatch | tasks (each has --help).
 Precedence: command line > SLURM allocation (--slurm / under srun) > ISLAB_* environment
 > --cluster YAML > defaults.
 Exit codes: 0 ok / dry run, 2 bad spec (nothing started), else the training's status
-(signal N -> 128+N; Ctrl-C -> 130). Reference: docs/CLI.md.
+(signal N -> 128+N; Ctrl-C -> 130; SIGTERM/SIGUSR1 -> checkpoint, then 75). Reference: docs/CLI.md.
 """
 
 def typer_app(**settings: Any) -> typer.Typer:
@@ -171,6 +171,14 @@ def _slurm_layer(flag: bool | None) -> Any:
     return slurm.allocation_from_environ(os.environ).layer
 
 
+def slurm_job_of(resolved: ResolvedSpec) -> int | None:
+    """The SLURM job this launch runs in, when the allocation supplied part of the spec: it names
+    the run directory, so that a requeued job finds its checkpoint again."""
+    if not any(source is Source.SLURM for source in resolved.sources.values()):
+        return None
+    return int(os.environ["SLURM_JOB_ID"])
+
+
 def _apply_gpus(
     ctx: typer.Context, gpus: str | None, cli_layer: dict[str, Provided], env_layer: dict[str, Provided]
 ) -> None:
@@ -222,7 +230,8 @@ def fail(exc: SpecError, code: int = 2) -> NoReturn:
 def _plan_and_go(resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, all_ranks: bool = False) -> None:
     spec = resolved.spec
     try:
-        plan = planner.build_plan(spec, now=datetime.now(), free_port=find_free_port())
+        plan = planner.build_plan(spec, now=datetime.now(), free_port=find_free_port(),
+                                  slurm_job_id=slurm_job_of(resolved))  # fmt: skip
     except SpecError as exc:
         fail(exc)
 

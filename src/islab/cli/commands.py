@@ -109,6 +109,32 @@ SBATCH_OPTIONS = (
         None,
     ),
     keyword(
+        "requeue",
+        Annotated[
+            bool,
+            typer.Option(
+                "--requeue",
+                help="#SBATCH --requeue and --signal=B:USR1@<--signal-before>: on SIGUSR1 (time limit near) "
+                "or SIGTERM (preemption, scontrol requeue) the ranks checkpoint and stop (exit 75); "
+                "the requeued job resumes from its run directory's checkpoints/latest.pt by itself.",
+                rich_help_panel=PANEL_SBATCH,
+            ),
+        ],
+        False,
+    ),
+    keyword(
+        "signal_before",
+        Annotated[
+            int,
+            typer.Option(
+                metavar="SECONDS",
+                help="With --requeue: SLURM sends SIGUSR1 this long before --time runs out.",
+                rich_help_panel=PANEL_SBATCH,
+            ),
+        ],
+        slurm.DEFAULT_SIGNAL_BEFORE_S,
+    ),
+    keyword(
         "job_name",
         Annotated[
             str | None, typer.Option(help="#SBATCH --job-name. Default: islab-<lib>.", rich_help_panel=PANEL_SBATCH)
@@ -126,8 +152,12 @@ SBATCH_EPILOG = """\
   [dim]# CPU ranks on one node[/dim]
   islab-train sbatch --device cpu --nproc 2 --num-envs 64 --max-iterations 3 > job.sh
 
+  [dim]# preemptible: checkpoint on SIGTERM / SIGUSR1 (120 s before --time), requeue, resume by itself[/dim]
+  islab-train sbatch --gpus 4 --time 04:00:00 --requeue > job.sh && sbatch job.sh
+
 Every node runs `islab-train --slurm ...` with the options given here; nnodes, the node rank and
-node 0's address:port come from the allocation. The job's output goes to
+node 0's address:port come from the allocation. The run directory is
+<log_dir>/<lib>/<task>/slurm-<job id>; the job's output goes to
 <log_dir>/slurm-<job name>-<job id>.out (the log directory is created now).
 """
 
@@ -151,6 +181,8 @@ def sbatch_command(ctx: typer.Context, **options: Any) -> None:
         gpus_per_node=gpus_per_node,
         partition=options["partition"],
         time=options["time"],
+        requeue=options["requeue"],
+        signal_before_s=options["signal_before"],
     )
     issues = slurm.batch_option_issues(batch)
     if issues:

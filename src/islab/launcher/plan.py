@@ -137,17 +137,21 @@ class LaunchPlan:
 # ----------------------------------------------------------------------------------------------
 
 
-def run_dir_for(spec: RunSpec, now: datetime) -> str:
+def run_dir_for(spec: RunSpec, now: datetime, slurm_job_id: int | None = None) -> str:
     """``<log_dir>/<lib>/<task>/<leaf>[_<run_name>]`` -- chosen once, for all ranks; or the run
     directory being resumed, so a resumed run keeps its logs and checkpoints together.
 
-    One node: the leaf is the launch time (``YYYY-mm-dd_HH-MM-SS``). Several nodes plan the
+    A SLURM job's leaf is ``slurm-<job id>``: every node knows it, and a requeued job (same id)
+    finds its own run directory again and resumes from its checkpoint (:mod:`islab.worker.resume`).
+    Otherwise, one node: the leaf is the launch time (``YYYY-mm-dd_HH-MM-SS``). Several nodes plan the
     directory each on its own, so its name must come from what they share, not from each node's
     clock: the rendezvous id (``--rdzv-id``; c10d under SLURM ``slurm-<job id>``), else a digest of the
     spec every node was given (identical launches without an id then share the directory)."""
     if spec.resume is not None and Path(spec.resume).is_dir():
         return str(spec.resume)
-    if spec.nnodes > 1:
+    if slurm_job_id is not None:
+        leaf = f"slurm-{slurm_job_id}"
+    elif spec.nnodes > 1:
         leaf = spec.rendezvous.id or f"spec-{_shared_digest(spec)}"
     else:
         leaf = now.strftime(RUN_DIR_TIME_FORMAT)
@@ -260,13 +264,14 @@ def _derive(spec: RunSpec, free_port: int) -> tuple[dict[str, str], int | None]:
 # ----------------------------------------------------------------------------------------------
 
 
-def build_plan(spec: RunSpec, *, now: datetime, free_port: int) -> LaunchPlan:
+def build_plan(spec: RunSpec, *, now: datetime, free_port: int, slurm_job_id: int | None = None) -> LaunchPlan:
     """Plan every node of ``spec`` (or only ``spec.node_rank`` when given).
 
-    ``now`` names the run directory; ``free_port`` is used for a single-node rendezvous or JAX
-    coordinator that the spec left open (the caller probes it; see ``supervise.find_free_port``).
+    ``now`` (or, inside a SLURM allocation, ``slurm_job_id``) names the run directory; ``free_port``
+    is used for a single-node rendezvous or JAX coordinator that the spec left open (the caller
+    probes it; see ``supervise.find_free_port``).
     """
-    run_dir = run_dir_for(spec, now)
+    run_dir = run_dir_for(spec, now, slurm_job_id)
     launcher = launcher_of(spec.lib, spec.ml_framework)
     derived, node0_port = _derive(spec, free_port)
     env = MappingProxyType(plan_env(spec, run_dir))

@@ -6,9 +6,13 @@ processes (islab-train -> torchrun -> N ranks, or islab-train -> N JAX ranks):
 * **One process group per child.** Children start in a new session (``start_new_session=True``),
   so a signal can reach the whole tree with ``os.killpg`` -- including ranks a launcher started --
   and nothing is left behind. Never ``shell=True``: argv goes to ``exec`` as-is.
-* **Signals are forwarded.** SIGINT/SIGTERM sent to islab-train go to every group, and SIGTERM
-  to every rank; whatever is still alive after a grace period (5 s) gets SIGKILL, so 10 s after
-  the signal nothing of the job is left. torchrun starts each rank in a session of its own, out of
+* **Signals are forwarded.** SIGINT sent to islab-train goes to every group, and SIGTERM to every
+  rank; whatever is still alive after a grace period (5 s) gets SIGKILL, so 10 s after the signal
+  nothing of the job is left. A preempting signal (SIGTERM, SIGUSR1: :mod:`islab.stopping`) asks
+  for a stop with a checkpoint instead: SIGTERM to every group (torchrun forwards it to its ranks
+  and waits for them), SIGUSR1 to every rank (torchrun forwards no SIGUSR1), and SIGKILL only
+  :data:`~islab.stopping.PREEMPT_GRACE_S` later. A SIGINT during that wait stops everything at
+  once. torchrun starts each rank in a session of its own, out of
   reach of ``killpg(torchrun)``, so the process tree below our children is read from ``/proc``
   while the job runs (:func:`process_tree`) and those processes are signalled too.
 * **One poll loop** (:func:`watch`) for both launchers: it streams every child's output through
@@ -34,10 +38,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from islab.launcher.console import ConsolePolicy, RunView, Stream, rank_prefix, route_line
+from islab.stopping import PREEMPT_GRACE_S, PREEMPT_SIGNALS
 
 POLL_INTERVAL_S = 0.05
 TICK_INTERVAL_S = 0.25  # how often the progress display re-reads progress.jsonl
-FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+FORWARDED_SIGNALS = (signal.SIGINT, *PREEMPT_SIGNALS)
 
 
 def exit_code_of(returncode: int) -> int:
@@ -94,15 +99,26 @@ class ProcessGroups:
     itself has to be SIGKILLed.
     """
 
-    def __init__(self, grace_s: float):
+    def __init__(self, grace_s: float, preempt_grace_s: float = PREEMPT_GRACE_S):
         self.grace_s = grace_s
+        self.preempt_grace_s = preempt_grace_s
         self.processes: list[subprocess.Popen[bytes]] = []
         self.received: int | None = None
         self.tracked: dict[int, int] = {}  # pid -> start time, every descendant seen so far
         self._previous: dict[int, Any] = {}
 
     def start(self, argv: Iterable[str], env: Mapping[str, str], **popen: Any) -> subprocess.Popen[bytes]:
-        process = subprocess.Popen(list(argv), env={**os.environ, **env}, start_new_session=True, **popen)
+        # The child starts with SIGUSR1 ignored (an ignored signal stays ignored across exec, down to
+        # the ranks, whose worker handles it once training starts): SLURM delivers a forwarded SIGUSR1
+        # to every process of the step, and torchrun, which does not handle it, would die of it and
+        # take the ranks down before they checkpoint. Our own handler is back right after the fork.
+        ignoring = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGUSR1, signal.SIG_IGN) if ignoring else None
+        try:
+            process = subprocess.Popen(list(argv), env={**os.environ, **env}, start_new_session=True, **popen)
+        finally:
+            if ignoring:
+                signal.signal(signal.SIGUSR1, previous)
         self.processes.append(process)
         return process
 
@@ -141,13 +157,28 @@ class ProcessGroups:
                 live.add(pid)
         return live
 
+    @property
+    def preempting(self) -> bool:
+        """Stopping with a checkpoint (a preempting signal came first, and no SIGINT since)."""
+        return self.received in PREEMPT_SIGNALS
+
     def _on_signal(self, signum: int, _frame: object) -> None:
-        if self.received is None:
+        if self.received is not None and signum in PREEMPT_SIGNALS:
+            return  # a copy (SLURM signals every process of the step; torchrun forwards): already under way
+        if self.preempting:  # SIGINT while the ranks finish their iteration: stop now
             self.received = signum
+            self.signal_all(signal.SIGKILL)
+            return
+        self.received = signum
+        if signum in PREEMPT_SIGNALS:
+            # torchrun forwards SIGTERM to its ranks and waits for them; SIGUSR1 to every rank is for
+            # the ranks torchrun does not forward to (it forwards no SIGUSR1) and for skrl-JAX ranks.
+            self.signal_all(signal.SIGTERM, descendants=signal.SIGUSR1)
+            return
         # The launcher gets the signal itself (torchrun shuts its workers down); the ranks get
-        # SIGTERM, whose default action ends them even inside a C++ collective, where a Python
-        # KeyboardInterrupt would wait for the call to return.
-        self.signal_all(signum, descendants=signal.SIGTERM)
+        # SIGKILL: a Python KeyboardInterrupt would wait for a C++ collective to return, and
+        # SIGTERM now means "finish the iteration and checkpoint".
+        self.signal_all(signum, descendants=signal.SIGKILL)
 
     def __enter__(self) -> ProcessGroups:
         if threading.current_thread() is threading.main_thread():
@@ -186,7 +217,7 @@ class ProcessGroups:
             return
         if not since:
             since.append(time.monotonic())
-        elif time.monotonic() - since[0] > self.grace_s:
+        elif time.monotonic() - since[0] > (self.preempt_grace_s if self.preempting else self.grace_s):
             self.signal_all(signal.SIGKILL)
 
 
@@ -257,6 +288,7 @@ def watch(
     children: Iterable[Child],
     *,
     grace_s: float,
+    preempt_grace_s: float = PREEMPT_GRACE_S,
     out: IO[str],
     err: IO[str],
     view: RunView,
@@ -271,7 +303,7 @@ def watch(
     children = list(children)
     outcome = Outcome(tails=[deque(maxlen=child.tail_lines) for child in children])
     signalled_at: list[float] = []
-    with ProcessGroups(grace_s) as groups:
+    with ProcessGroups(grace_s, preempt_grace_s) as groups:
         processes, pumps = [], []
         for child, tail in zip(children, outcome.tails, strict=True):
             process = groups.start(child.argv, child.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

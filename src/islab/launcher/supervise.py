@@ -6,7 +6,9 @@ the skrl-JAX ranks itself, since skrl's launcher hides failures) -- and runs its
 the one poll loop of :mod:`islab.launcher.processes`:
 
 * **Exit codes tell the truth.** The launcher's exit code is passed through (death by signal N
-  becomes 128 + N); islab-train stopped by SIGINT/SIGTERM exits 128 + signal (130, 143).
+  becomes 128 + N); islab-train stopped by SIGINT exits 130. A preempting signal (SIGTERM,
+  SIGUSR1) whose stop the ranks checkpointed exits 75 (:data:`islab.stopping.PREEMPTED_EXIT_CODE`),
+  one that could not be checkpointed in time 128 + signal (143, 138).
 * **Failures are named.** One ``error:`` line with the node, the rank, its exception (torch's
   error files, see :mod:`islab.launcher.torchrun`) or the signal that killed it, and its log.
 * **Rendezvous failures are named too.** Nodes that do not all arrive within
@@ -26,8 +28,10 @@ import io
 import os
 import signal
 import sys
+import time
 from dataclasses import dataclass
-from typing import IO
+from pathlib import Path
+from typing import IO, Any
 
 from islab.launcher.console import ConsolePolicy, RunView, finish, resume_command
 from islab.launcher.entrypoint import RankLogWriter, events_reader
@@ -36,7 +40,8 @@ from islab.launcher.plan import LaunchPlan
 from islab.launcher.processes import watch
 from islab.launcher.skrl_jax import SkrlJaxNode
 from islab.launcher.torchrun import TorchrunNode
-from islab.rundir import latest_checkpoint
+from islab.rundir import latest_checkpoint, read_summary, summary_path
+from islab.stopping import PREEMPT_GRACE_S, PREEMPT_SIGNALS, PREEMPTED_EXIT_CODE
 
 # SIGKILL what is left this long after a forwarded SIGINT/SIGTERM, so that nothing of the job
 # is alive 10 s after the signal even when a process ignores SIGTERM.
@@ -64,6 +69,7 @@ def run_plan(
     node_rank: int,
     *,
     grace_s: float = DEFAULT_GRACE_S,
+    preempt_grace_s: float = PREEMPT_GRACE_S,
     stdout: IO[str] | None = None,
     stderr: IO[str] | None = None,
     console: ConsoleOptions | None = None,
@@ -90,13 +96,23 @@ def run_plan(
     explanation = io.StringIO()
     # Our worker's ranks write heartbeats; a user's entry point does not (plan.hang_timeout_s is 0).
     hangs = HangWatch(plan.run_dir, plan.hang_timeout_s) if plan.hang_timeout_s and not plan.entrypoint else None
+    started = time.time()
     try:
         outcome = watch(
-            runner.children(), grace_s=grace_s, out=out, err=err, view=view,
+            runner.children(), grace_s=grace_s, preempt_grace_s=preempt_grace_s, out=out, err=err, view=view,
             policy=ConsolePolicy(all_ranks=options.all_ranks), fail_fast=runner.fail_fast,
             on_line=on_line, overdue=runner.overdue, hung=hangs,
         )  # fmt: skip
-        if outcome.received is not None:
+        preempted = preemption_since(plan.run_dir, started)
+        if preempted is not None and outcome.received in (None, *PREEMPT_SIGNALS):
+            # the signal islab-train got; the ranks may have seen another copy first (torchrun's SIGTERM)
+            name = signal.Signals(outcome.received).name if outcome.received else preempted.get("signal")
+            err.write(
+                f"islab-train: preempted by {name}: stopped after iteration "
+                f"{preempted.get('iteration')} and checkpointed it; run directory: {os.path.abspath(plan.run_dir)}\n"
+            )
+            status = PREEMPTED_EXIT_CODE
+        elif outcome.received is not None:
             # one quiet line instead of the ranks' and torchrun's tracebacks (silenced by watch)
             name = signal.Signals(outcome.received).name
             err.write(f"islab-train: stopped by {name}; run directory: {os.path.abspath(plan.run_dir)}\n")
@@ -118,6 +134,19 @@ def run_plan(
     # A failure's message (rank, node, log, exception) stays the last line, after the resume hint.
     err.write(explanation.getvalue())
     return status
+
+
+def preemption_since(run_dir: str, started: float) -> dict[str, Any] | None:
+    """Rank 0's record of a preemption stop of this launch (``summary.json`` written since
+    ``started``, epoch seconds, with ``preempted``: signal and iteration), else None."""
+    try:
+        if Path(summary_path(run_dir)).stat().st_mtime < started:
+            return None  # an earlier launch's summary (a run resumed in place)
+    except OSError:
+        return None
+    summary = read_summary(run_dir)
+    preempted = summary.get("preempted") if summary else None
+    return preempted if isinstance(preempted, dict) else None
 
 
 def _resume_hint(run_dir: str, err: IO[str]) -> None:

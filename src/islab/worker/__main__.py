@@ -9,9 +9,11 @@ top to bottom, is the whole story of a rank:
     process group   gloo on CPU / NCCL on GPU (torchrun jobs; skrl-JAX joins jax.distributed)
     env             ONE batched environment of num_envs on this rank's device, seeded per rank
     adapter         ONE policy, trained by the chosen library; gradients averaged across ranks
-    resume          with --resume, or after an elastic restart: the checkpoint rank 0 reads and
-                    broadcasts (islab.worker.resume, .checkpoint, .collectives), loaded into the
-                    adapter before training
+    resume          with --resume, after an elastic restart or a SLURM requeue: the checkpoint
+                    rank 0 reads and broadcasts (islab.worker.resume, .checkpoint, .collectives),
+                    loaded into the adapter before training
+    preemption      SIGTERM/SIGUSR1: every rank stops after the same iteration, rank 0 checkpoints
+                    it, the rank exits 75 (islab.worker.preemption, islab.stopping)
     results         policy digest per rank (to prove every rank holds the same policy), summary
 
 Iterations count from the start of a run, across resumes (islab.worker.resume). ``--total-env-steps T``
@@ -182,6 +184,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from islab.worker.checkpoint import DEFAULT_INTERVAL, Checkpointer, identity, restore
     from islab.worker.collectives import collective_for
     from islab.worker.context import RankContext, configure_process, init_process_group
+    from islab.worker.preemption import Preempted, StopRequest
     from islab.worker.resume import find_resume_point, last_reported_iteration
 
     ctx = RankContext.from_environ(args.device, args.seed)
@@ -222,6 +225,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         start_iteration=start_iteration,
         target_iteration=point.target_iteration,
         job_id=os.environ.get("TORCHELASTIC_RUN_ID"),
+        slurm_job_id=os.environ.get("SLURM_JOB_ID"),  # a requeued job resumes only its own checkpoints
     )
     resumed: dict[str, Any] | None = None
     if ctx.is_main:
@@ -237,7 +241,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "policy_sha256_saved": point.checkpoint["policy_sha256"],
             "policy_sha256_loaded": digest,
         }
-        if ctx.is_main and point.reason.startswith("elastic"):
+        if ctx.is_main and point.reason.startswith(("elastic", "SLURM")):
             reported = last_reported_iteration(rundir.progress_path(run_dir))
             resumed["lost_iterations"] = None if reported is None else max(0, reported - start_iteration)
         lost = resumed.get("lost_iterations")
@@ -248,7 +252,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             flush=True,
         )
     interval = DEFAULT_INTERVAL if args.checkpoint_interval is None else args.checkpoint_interval
-    adapter.checkpointer = Checkpointer(collective, run_dir, run_identity, spec, interval=interval)
+    stop = StopRequest()
+    adapter.checkpointer = Checkpointer(collective, run_dir, run_identity, spec, interval=interval, stop=stop)
     wandb_logger = None
     if args.logger == "wandb" and ctx.is_main:
         from islab.worker.wandb_logger import WandbLogger
@@ -263,12 +268,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     remaining = point.target_iteration - adapter.iteration
     beat.start(adapter.iteration)
+    # From here on a preempting signal stops after an iteration; before, its default action ends the
+    # rank at once (nothing to checkpoint yet, and a rank blocked in the rendezvous must still die).
+    stop.install()
     started = time.perf_counter()
     try:
         if remaining > 0:
             result = adapter.train(remaining)
         else:  # an elastic restart after the last checkpoint was written: nothing left to train
             result = TrainResult(iterations=0, env_steps=0, wall_s=0.0, mean_return=None, checkpoint=None)
+    except Preempted as preempted:
+        if wandb_logger is not None:
+            wandb_logger.finish()  # the run goes on after the requeue / --resume
+        _report_preemption(ctx, run_dir, adapter, preempted, start_iteration, point.target_iteration)
+        env.close()
+        raise
     except BaseException:
         if wandb_logger is not None:
             wandb_logger.finish(exit_code=1)
@@ -304,6 +318,30 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
+def _report_preemption(
+    ctx: Any, run_dir: Path, adapter: Any, preempted: Any, start_iteration: int, target_iteration: int
+) -> None:
+    """One line per rank; rank 0 writes summary.json with ``preempted`` (the launcher's exit code
+    and message come from it)."""
+    written = adapter.checkpointer.last_written
+    print(
+        f"[islab] rank {ctx.rank} stopped by {preempted.signal_name} after iteration {preempted.iteration} "
+        f"of {target_iteration}" + (f"; checkpoint {written}" if written else ""),
+        flush=True,
+    )
+    if ctx.is_main:
+        rundir.write_summary(run_dir, {
+            "preempted": {"signal": preempted.signal_name, "iteration": preempted.iteration},
+            "iteration": preempted.iteration,
+            "iterations": preempted.iteration - start_iteration,
+            "start_iteration": start_iteration,
+            "target_iteration": target_iteration,
+            "islab_checkpoint": str(written) if written else None,
+            "world_size": ctx.world_size,
+            "run_dir": str(run_dir),
+        })  # fmt: skip
+
+
 def leave_process_group_together() -> None:
     """Wait for every rank before anyone closes its connections.
 
@@ -322,7 +360,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from torch.distributed.elastic.multiprocessing.errors import record
 
+    from islab.stopping import PREEMPTED_EXIT_CODE
     from islab.worker.checkpoint import CheckpointError
+    from islab.worker.preemption import Preempted
 
     try:
         record(run)(args)
@@ -330,6 +370,9 @@ def main(argv: list[str] | None = None) -> int:
     except (AgentConfigError, CheckpointError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except Preempted:  # every rank stopped after the same iteration, which rank 0 checkpointed
+        leave_process_group_together()
+        return PREEMPTED_EXIT_CODE
     except BaseException:
         if "JAX_RANK" not in os.environ:
             raise

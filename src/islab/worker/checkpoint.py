@@ -68,6 +68,7 @@ import torch
 from islab import rundir
 from islab.libs.base import atomic_torch_save, state_digest
 from islab.worker.collectives import Collective
+from islab.worker.preemption import Preempted, StopRequest
 
 if TYPE_CHECKING:
     from islab.libs.base import LibraryAdapter
@@ -267,7 +268,11 @@ def load_checkpoint_for_rank(
 
 class Checkpointer:
     """Writes islab checkpoints from ``LibraryAdapter.report_iteration`` (every rank calls it after
-    every iteration, so the RNG gather, a collective, is safe there). Rank 0 writes the file."""
+    every iteration, so the RNG gather, a collective, is safe there). Rank 0 writes the file.
+
+    With a ``stop`` request (:mod:`islab.worker.preemption`) the ranks also agree there, once per
+    iteration, whether a preempting signal arrived; if so, every rank checkpoints this iteration
+    and raises :class:`~islab.worker.preemption.Preempted` (unless it was the last one anyway)."""
 
     def __init__(
         self,
@@ -278,6 +283,7 @@ class Checkpointer:
         *,
         interval: int = DEFAULT_INTERVAL,
         keep: int = DEFAULT_KEEP,
+        stop: StopRequest | None = None,
     ) -> None:
         self.collective = collective
         self.directory = rundir.checkpoint_dir(run_dir)
@@ -285,6 +291,7 @@ class Checkpointer:
         self.spec = dict(spec)
         self.interval = interval
         self.keep = keep
+        self.stop = stop
         self.last_written: Path | None = None
         self.last_iteration: int | None = None
 
@@ -292,8 +299,11 @@ class Checkpointer:
         return iteration == final_iteration or (self.interval > 0 and iteration % self.interval == 0)
 
     def on_iteration(self, adapter: LibraryAdapter, iteration: int, final_iteration: int) -> None:
-        if self.due(iteration, final_iteration):
+        stopping = self.stop.agreed(self.collective) if self.stop is not None else 0
+        if self.due(iteration, final_iteration) or stopping:
             self.write(adapter, iteration)
+        if stopping and iteration < final_iteration:
+            raise Preempted(stopping, iteration)
 
     def write(self, adapter: LibraryAdapter, iteration: int) -> Path | None:
         """Collective: gathers every rank's RNG; rank 0 writes ``iter_<N>.pt`` and ``latest.pt``."""

@@ -1,7 +1,8 @@
 """Moving bytes between the ranks of a job, whatever joined them.
 
-Checkpoints are read by rank 0 only and broadcast, and every rank's RNG state is gathered to rank
-0, so the worker needs two collectives that work on every launcher path:
+Checkpoints are read by rank 0 only and broadcast, every rank's RNG state is gathered to rank 0,
+and the ranks agree once per iteration whether to stop (:mod:`islab.worker.preemption`), so the
+worker needs three collectives that work on every launcher path:
 
 * torchrun ranks have a torch process group: a uint8 tensor over gloo (CPU) or NCCL (the tensors
   on the GPU);
@@ -37,6 +38,10 @@ class Collective(Protocol):
         """Every rank passes its bytes; rank 0 returns them in rank order, others ``None``."""
         ...
 
+    def max_int(self, value: int) -> int:
+        """Every rank passes a number; every rank returns the largest."""
+        ...
+
 
 class SingleProcess:
     rank, world_size = 0, 1
@@ -47,6 +52,9 @@ class SingleProcess:
 
     def gather_bytes(self, data: bytes) -> list[bytes] | None:
         return [data]
+
+    def max_int(self, value: int) -> int:
+        return value
 
 
 class TorchCollective:
@@ -84,6 +92,13 @@ class TorchCollective:
             return None
         return [row[: int(s.item())].cpu().numpy().tobytes() for row, s in zip(rows, sizes, strict=True)]
 
+    def max_int(self, value: int) -> int:
+        import torch.distributed as dist
+
+        number = torch.tensor([value], dtype=torch.int64, device=self.device)
+        dist.all_reduce(number, op=dist.ReduceOp.MAX)
+        return int(number.item())
+
 
 class JaxCollective:
     """For skrl-JAX ranks (joined by ``jax.distributed``, no torch process group)."""
@@ -111,6 +126,11 @@ class JaxCollective:
         if self.rank != 0:
             return None
         return [rows[r, : int(sizes[r])].astype(np.uint8).tobytes() for r in range(self.world_size)]
+
+    def max_int(self, value: int) -> int:
+        from jax.experimental import multihost_utils
+
+        return int(np.asarray(multihost_utils.process_allgather(np.array([value], dtype=np.int64))).max())
 
 
 def collective_for(ctx: RankContext) -> Collective:

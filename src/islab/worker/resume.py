@@ -1,10 +1,12 @@
-"""Where a rank starts: fresh, from ``--resume``, or after an elastic restart.
+"""Where a rank starts: fresh, from ``--resume``, after an elastic restart or a SLURM requeue.
 
 Iterations count from the start of a run, across resumes. ``--resume PATH --max-iterations M``
-continues a checkpoint at iteration N for M more iterations (to N+M). An elastic restart
-(torchrun ``--max_restarts``; ``TORCHELASTIC_RESTART_COUNT`` > 0) resumes from this run's own
-``checkpoints/latest.pt`` when one exists and trains only up to the iteration the job was asked to
-reach, which the checkpoint records (``spec.target_iteration``). Isaac Lab restarts from scratch.
+continues a checkpoint at iteration N for M more iterations (to N+M). A restart of the same job --
+an elastic restart (torchrun ``--max_restarts``; ``TORCHELASTIC_RESTART_COUNT`` > 0) or a requeued
+SLURM job (same ``SLURM_JOB_ID``, ``SLURM_RESTART_COUNT`` > 0, whose run directory is named after
+the job id) -- resumes from this run's own ``checkpoints/latest.pt`` when that job wrote one, and
+trains only up to the iteration the job was asked to reach, which the checkpoint records
+(``spec.target_iteration``). Isaac Lab restarts from scratch.
 """
 
 from __future__ import annotations
@@ -26,29 +28,45 @@ class ResumePoint:
     checkpoint: dict[str, Any] | None
     source: str | None  # the checkpoint file, as rank 0 resolved it
     target_iteration: int
-    reason: str  # "new", "resume" or "elastic restart <K>"
+    reason: str  # "new", "resume", "elastic restart <K>" or "SLURM requeue <K>"
 
 
-def same_job(checkpoint: dict[str, Any], job_id: str | None) -> bool:
-    """Was ``checkpoint`` written by this torchrun job (not an earlier job resumed in place)?
-    torchrun's run id tells, when it is set (c10d rendezvous, --standalone); "none" tells nothing."""
-    theirs = checkpoint.get("spec", {}).get("job_id")
-    return theirs in (None, "none") or job_id in (None, "none") or theirs == job_id
+def restart_of(environ: dict[str, str]) -> str | None:
+    """Why this is a restart of a job that already ran (so its own checkpoint continues it), or None."""
+    elastic = int(environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    if elastic > 0:
+        return f"elastic restart {elastic}"
+    requeue = int(environ.get("SLURM_RESTART_COUNT", "0") or 0)
+    if requeue > 0 and environ.get("SLURM_JOB_ID"):
+        return f"SLURM requeue {requeue}"
+    return None
+
+
+def same_job(checkpoint: dict[str, Any], environ: dict[str, str]) -> bool:
+    """Was ``checkpoint`` written by this job (not an earlier job resumed in place)? Under SLURM the
+    job id must match; torchrun's run id tells too, when it is set (c10d rendezvous, --standalone),
+    "none" telling nothing."""
+    spec = checkpoint.get("spec", {})
+    slurm_job = environ.get("SLURM_JOB_ID")
+    if slurm_job and int(environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0 and spec.get("slurm_job_id") != slurm_job:
+        return False
+    theirs, ours = spec.get("job_id"), environ.get("TORCHELASTIC_RUN_ID")
+    return theirs in (None, "none") or ours in (None, "none") or theirs == ours
 
 
 def find_resume_point(
     args: argparse.Namespace, collective: Collective, run_identity: dict[str, Any], environ: dict[str, str]
 ) -> ResumePoint:
     """Collective: every rank calls it; only rank 0 opens files."""
-    restart = int(environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
-    if restart > 0:
+    restart = restart_of(environ)
+    if restart is not None:
         latest = rundir.latest_checkpoint(args.run_dir)
         checkpoint, source = load_checkpoint_for_rank(collective, latest, missing_ok=True)
         if checkpoint is not None:
             check_compatible(checkpoint, run_identity, source)
-        if checkpoint is not None and same_job(checkpoint, environ.get("TORCHELASTIC_RUN_ID")):
+        if checkpoint is not None and same_job(checkpoint, environ):
             target = int(checkpoint["spec"]["target_iteration"])
-            return ResumePoint(checkpoint, source, target, f"elastic restart {restart}")
+            return ResumePoint(checkpoint, source, target, restart)
     if args.resume is not None:
         checkpoint, source = load_checkpoint_for_rank(collective, args.resume)
         assert checkpoint is not None  # missing_ok=False raised instead
