@@ -25,9 +25,19 @@ What we fix, and why
   normalizers across ranks (5.5 all-reduces each update's moments), so with
   ``obs_normalization: true`` every rank's normalizer learned from its own envs and the ranks'
   policies drifted apart (different digests after 2 iterations of mjlab's Go1).
-  ``use_global_normalizers`` swaps in ``GlobalEmpiricalNormalization``, 5.5's update arithmetic,
-  on 5.4.x only. 5.4.2's ``_configure_multi_gpu`` is the same as 5.5's, so the override below
-  covers both; the rest of the API the adapter uses is unchanged between them.
+  On the stock path (``ISLAB_SYNC=stock``) ``use_global_normalizers`` swaps in
+  ``GlobalEmpiricalNormalization``: 5.5's arithmetic at 5.4.2's cadence, 3 all-reduces per
+  normalizer per env step (Cartpole's 16 steps, actor and critic: 96 an iteration). Under fused
+  sync (the default) 5.4.x gets 5.5's behaviour instead, one all-reduce an iteration:
+  ``FusedSyncPPO`` defers the rollout's per-step ``update(x)`` calls and folds each normalizer's
+  pooled batch in at the end of ``update`` (``update_normalizers_together``). Why 5.5's timing:
+  5.5 updates after the last minibatch, so the rollout, the bootstrap and every minibatch of an
+  iteration see the same statistics (5.4.2 moves them under the rollout at each step). One pooled
+  fold equals the per-step folds of the same data up to rounding (moments merge exactly), but
+  the policy acts on statistics one iteration old, so fused and stock 5.4.x runs learn slightly
+  differently (on 5.5 they match). The data stay 5.4.2's (the observations after each step).
+  RND's normalizers stay as 5.4.2 has them. 5.4.2's ``_configure_multi_gpu`` is 5.5's, so the
+  override below covers both; the rest of the API the adapter uses is unchanged between them.
 * Checkpoints: rsl_rl writes with a plain ``torch.save``; a crash mid-write leaves a truncated
   file. ``save`` is overridden to write atomically. The saved dict holds only tensors and
   primitives, so it loads with ``torch.load(weights_only=True)``.
@@ -201,7 +211,33 @@ def library_syncs_normalizer() -> bool:
     return "torch.distributed" in inspect.getsource(EmpiricalNormalization.update)
 
 
-def update_normalizers_together(pending: list[tuple[EmpiricalNormalization, torch.Tensor]]) -> None:
+# normalizer updates held back: (normalizer, the batch its update(x) was called with)
+PendingUpdates = list[tuple[EmpiricalNormalization, torch.Tensor]]
+
+
+@contextlib.contextmanager
+def deferred_updates(normalizers: list[EmpiricalNormalization], pending: PendingUpdates) -> Iterator[None]:
+    """Within the block, ``norm.update(x)`` of each of ``normalizers`` only appends ``(norm, x)`` to
+    ``pending`` (for ``update_normalizers_together``)."""
+    for norm in normalizers:
+        norm.update = lambda x, norm=norm: pending.append((norm, x))
+    try:
+        yield
+    finally:
+        for norm in normalizers:
+            del norm.update
+
+
+def pooled(pending: PendingUpdates) -> PendingUpdates:
+    """One ``(norm, x)`` per normalizer, its batches concatenated in order: 5.5's one update per
+    iteration from 5.4.2's per-step batches."""
+    batches: dict[int, tuple[EmpiricalNormalization, list[torch.Tensor]]] = {}
+    for norm, x in pending:
+        batches.setdefault(id(norm), (norm, []))[1].append(x)
+    return [(norm, torch.cat(xs)) for norm, xs in batches.values()]
+
+
+def update_normalizers_together(pending: PendingUpdates) -> None:
     """Apply the deferred ``EmpiricalNormalization.update(x)`` calls of one iteration with ONE
     all-reduce: per normalizer ``[n, n*mean, n*(var + mean^2)]`` (float64), summed over ranks, gives
     the global count, mean and (population) variance; then rsl_rl 5.5's own update arithmetic
@@ -235,39 +271,55 @@ class FusedSyncPPO(PPO):
     rank applies rsl_rl's schedule to the same global KL, rounded as the stock broadcast rounds it.
     Normalizer updates of the iteration are deferred to the end of ``update`` (nothing reads them in
     between: rsl_rl updates them after the last minibatch) and applied with one all-reduce.
+    On rsl-rl-lib 5.4.x (``defer_rollout_normalizers``) the rollout's per-step normalizer updates
+    are deferred too and go into the same all-reduce (see the module docstring).
     Symmetry augmentation is not fused (it resizes the batch): such runs use the stock path."""
 
+    def defer_rollout_normalizers(self) -> None:
+        """5.4.x: hold the actor's and critic's per-env-step normalizer updates until ``update``."""
+        self._rollout_pending: PendingUpdates = []
+
+    def process_env_step(self, obs: TensorDict, rewards: torch.Tensor, dones: torch.Tensor, extras: dict) -> None:
+        rollout = getattr(self, "_rollout_pending", None)
+        if rollout is None:
+            super().process_env_step(obs, rewards, dones, extras)
+            return
+        normalizers = [m for model in (self.actor, self.critic) for m in model.modules()]
+        with deferred_updates([m for m in normalizers if isinstance(m, EmpiricalNormalization)], rollout):
+            super().process_env_step(obs, rewards, dones, extras)
+
     def update(self) -> dict[str, float]:
+        rollout = pooled(getattr(self, "_rollout_pending", []))
+        getattr(self, "_rollout_pending", []).clear()  # 5.4.x: the next rollout's start afresh
         if not self.is_multi_gpu or self.symmetry:
-            return super().update()
+            result = super().update()
+            update_normalizers_together(rollout)  # nothing to do on 5.5
+            return result
         self._fused_adaptive = self.desired_kl is not None and self.schedule == "adaptive"
-        pending: list[tuple[EmpiricalNormalization, torch.Tensor]] = []
+        pending: PendingUpdates = []
         with self._fused_update(pending):
             result = super().update()
-        update_normalizers_together(pending)
+        update_normalizers_together(rollout + pending)  # 5.4.x: the rollout's; 5.5: update's own
         return result
 
     @contextlib.contextmanager
-    def _fused_update(self, pending: list[tuple[EmpiricalNormalization, torch.Tensor]]) -> Iterator[None]:
+    def _fused_update(self, pending: PendingUpdates) -> Iterator[None]:
         storage, schedule = self.storage, self.schedule
         for name in ("mini_batch_generator", "recurrent_mini_batch_generator"):
             setattr(storage, name, self._recording(getattr(storage, name)))
         models = [self.actor, self.critic] + ([self.rnd] if self.rnd else [])
         normalizers = [m for model in models for m in model.modules() if isinstance(m, EmpiricalNormalization)]
-        for norm in normalizers:
-            norm.update = lambda x, norm=norm: pending.append((norm, x))  # deferred, see update()
         if self._fused_adaptive:
             self.schedule = "adaptive (fused into reduce_parameters)"
         self._fused_active = True
         try:
-            yield
+            with deferred_updates(normalizers, pending):  # applied after update(), see there
+                yield
         finally:
             self._fused_active = False
             self.schedule = schedule
             for name in ("mini_batch_generator", "recurrent_mini_batch_generator"):
                 delattr(storage, name)
-            for norm in normalizers:
-                del norm.update
 
     def _recording(self, generator_fn: Any) -> Any:
         def batches(*args: Any, **kwargs: Any) -> Iterator[Any]:
@@ -352,12 +404,15 @@ class RslRlAdapter(LibraryAdapter):
             self.run_dir.mkdir(parents=True, exist_ok=True)
         log_dir = str(self.run_dir) if ctx.is_main else None
         self.runner = RankAwareOnPolicyRunner(self.vec_env, train_cfg, ctx, log_dir=log_dir, device=ctx.device)
-        if ctx.distributed and not library_syncs_normalizer():  # 5.4.x: per env step, see the docstring
-            use_global_normalizers(self.runner.alg.actor)
-            use_global_normalizers(self.runner.alg.critic)
         self.fused_sync = use_fused_sync(ctx.distributed) and type(self.runner.alg) is PPO
         if self.fused_sync:
             self.runner.alg.__class__ = FusedSyncPPO  # same object, fused update (see FusedSyncPPO)
+        if ctx.distributed and not library_syncs_normalizer():  # 5.4.x: per env step, see the docstring
+            if self.fused_sync:
+                self.runner.alg.defer_rollout_normalizers()  # pooled once per iteration, as 5.5
+            else:
+                use_global_normalizers(self.runner.alg.actor)
+                use_global_normalizers(self.runner.alg.critic)
         self.num_steps_per_env = rollout_length(self.name, train_cfg)
         self._report_each_iteration()
 
