@@ -28,16 +28,16 @@ What we fix, and why
   On the stock path (``ISLAB_SYNC=stock``) ``use_global_normalizers`` swaps in
   ``GlobalEmpiricalNormalization``: 5.5's arithmetic at 5.4.2's cadence, 3 all-reduces per
   normalizer per env step (Cartpole's 16 steps, actor and critic: 96 an iteration). Under fused
-  sync (the default) 5.4.x gets 5.5's behaviour instead, one all-reduce an iteration:
-  ``FusedSyncPPO`` defers the rollout's per-step ``update(x)`` calls and folds each normalizer's
-  pooled batch in at the end of ``update`` (``update_normalizers_together``). Why 5.5's timing:
-  5.5 updates after the last minibatch, so the rollout, the bootstrap and every minibatch of an
-  iteration see the same statistics (5.4.2 moves them under the rollout at each step). One pooled
-  fold equals the per-step folds of the same data up to rounding (moments merge exactly), but
-  the policy acts on statistics one iteration old, so fused and stock 5.4.x runs learn slightly
-  differently (on 5.5 they match). The data stay 5.4.2's (the observations after each step).
-  RND's normalizers stay as 5.4.2 has them. 5.4.2's ``_configure_multi_gpu`` is 5.5's, so the
-  override below covers both; the rest of the API the adapter uses is unchanged between them.
+  sync (the default) 5.4.x gets 5.5's normalizer behaviour instead, one all-reduce an iteration:
+  ``FusedSyncPPO`` drops the rollout's per-step updates and makes 5.5's one update at the end of
+  ``update`` (the iteration's stored observations, pooled over ranks by
+  ``update_normalizers_together``). Why 5.5's timing and data: then the rollout, the bootstrap
+  and every minibatch of an iteration see the same statistics (5.4.2 moves them under the rollout
+  at each step), and a fused 5.4.2 run ends bit-identical to a fused 5.5 run. It learns slightly
+  differently from 5.4.2's stock path (statistics one iteration old while acting, the
+  observations before each step instead of after). RND's normalizers stay as 5.4.2 has them.
+  5.4.2's ``_configure_multi_gpu`` is 5.5's, so the override below covers both; the rest of the
+  API the adapter uses is unchanged between them.
 * Checkpoints: rsl_rl writes with a plain ``torch.save``; a crash mid-write leaves a truncated
   file. ``save`` is overridden to write atomically. The saved dict holds only tensors and
   primitives, so it loads with ``torch.load(weights_only=True)``.
@@ -211,8 +211,7 @@ def library_syncs_normalizer() -> bool:
     return "torch.distributed" in inspect.getsource(EmpiricalNormalization.update)
 
 
-# normalizer updates held back: (normalizer, the batch its update(x) was called with)
-PendingUpdates = list[tuple[EmpiricalNormalization, torch.Tensor]]
+PendingUpdates = list[tuple[EmpiricalNormalization, torch.Tensor]]  # (normalizer, its update's x)
 
 
 @contextlib.contextmanager
@@ -226,15 +225,6 @@ def deferred_updates(normalizers: list[EmpiricalNormalization], pending: Pending
     finally:
         for norm in normalizers:
             del norm.update
-
-
-def pooled(pending: PendingUpdates) -> PendingUpdates:
-    """One ``(norm, x)`` per normalizer, its batches concatenated in order: 5.5's one update per
-    iteration from 5.4.2's per-step batches."""
-    batches: dict[int, tuple[EmpiricalNormalization, list[torch.Tensor]]] = {}
-    for norm, x in pending:
-        batches.setdefault(id(norm), (norm, []))[1].append(x)
-    return [(norm, torch.cat(xs)) for norm, xs in batches.values()]
 
 
 def update_normalizers_together(pending: PendingUpdates) -> None:
@@ -271,35 +261,45 @@ class FusedSyncPPO(PPO):
     rank applies rsl_rl's schedule to the same global KL, rounded as the stock broadcast rounds it.
     Normalizer updates of the iteration are deferred to the end of ``update`` (nothing reads them in
     between: rsl_rl updates them after the last minibatch) and applied with one all-reduce.
-    On rsl-rl-lib 5.4.x (``defer_rollout_normalizers``) the rollout's per-step normalizer updates
-    are deferred too and go into the same all-reduce (see the module docstring).
+    On rsl-rl-lib 5.4.x (``update_normalizers_as_5_5``) the rollout's per-step normalizer updates
+    are dropped and 5.5's end-of-update one is made instead, in the same way.
     Symmetry augmentation is not fused (it resizes the batch): such runs use the stock path."""
 
-    def defer_rollout_normalizers(self) -> None:
-        """5.4.x: hold the actor's and critic's per-env-step normalizer updates until ``update``."""
-        self._rollout_pending: PendingUpdates = []
+    def update_normalizers_as_5_5(self) -> None:
+        """5.4.x: no normalizer update per env step; ``update`` makes 5.5's one (module docstring)."""
+        self._normalizers_as_5_5 = True
+
+    def _observation_normalizers(self) -> list[EmpiricalNormalization]:
+        modules = chain(self.actor.modules(), self.critic.modules())
+        return [m for m in modules if isinstance(m, EmpiricalNormalization)]
 
     def process_env_step(self, obs: TensorDict, rewards: torch.Tensor, dones: torch.Tensor, extras: dict) -> None:
-        rollout = getattr(self, "_rollout_pending", None)
-        if rollout is None:
+        if not getattr(self, "_normalizers_as_5_5", False):
             super().process_env_step(obs, rewards, dones, extras)
             return
-        normalizers = [m for model in (self.actor, self.critic) for m in model.modules()]
-        with deferred_updates([m for m in normalizers if isinstance(m, EmpiricalNormalization)], rollout):
+        with deferred_updates(self._observation_normalizers(), []):  # dropped: update() makes 5.5's
             super().process_env_step(obs, rewards, dones, extras)
 
+    def _updates_as_5_5(self, observations: TensorDict) -> PendingUpdates:
+        """5.4.x: 5.5's end-of-update normalizer update (ppo.py), deferred; 5.5 makes its own."""
+        pending: PendingUpdates = []
+        if getattr(self, "_normalizers_as_5_5", False):
+            with deferred_updates(self._observation_normalizers(), pending):
+                self.actor.update_normalization(observations)
+                self.critic.update_normalization(observations)
+        return pending
+
     def update(self) -> dict[str, float]:
-        rollout = pooled(getattr(self, "_rollout_pending", []))
-        getattr(self, "_rollout_pending", []).clear()  # 5.4.x: the next rollout's start afresh
+        observations = self.storage.observations.flatten(0, 1)  # this iteration's, as 5.5 reads them
         if not self.is_multi_gpu or self.symmetry:
             result = super().update()
-            update_normalizers_together(rollout)  # nothing to do on 5.5
+            update_normalizers_together(self._updates_as_5_5(observations))  # 5.5: nothing to do
             return result
         self._fused_adaptive = self.desired_kl is not None and self.schedule == "adaptive"
         pending: PendingUpdates = []
         with self._fused_update(pending):
             result = super().update()
-        update_normalizers_together(rollout + pending)  # 5.4.x: the rollout's; 5.5: update's own
+        update_normalizers_together(pending + self._updates_as_5_5(observations))
         return result
 
     @contextlib.contextmanager
@@ -409,7 +409,7 @@ class RslRlAdapter(LibraryAdapter):
             self.runner.alg.__class__ = FusedSyncPPO  # same object, fused update (see FusedSyncPPO)
         if ctx.distributed and not library_syncs_normalizer():  # 5.4.x: per env step, see the docstring
             if self.fused_sync:
-                self.runner.alg.defer_rollout_normalizers()  # pooled once per iteration, as 5.5
+                self.runner.alg.update_normalizers_as_5_5()  # once per iteration, pooled
             else:
                 use_global_normalizers(self.runner.alg.actor)
                 use_global_normalizers(self.runner.alg.critic)
