@@ -3,8 +3,8 @@
 # jobs, one after the other (the CI machine has 2 cores; the jobs would only slow each other down):
 #   main   .venv: rsl-rl-lib 5.5.x, no mjlab (tests/test_mjlab.py runs its mjlab-free tests, skips the rest);
 #   mjlab  .venv-mjlab: the [mjlab] extra (mjlab 1.6 pins rsl-rl-lib 5.4.2) running tests/test_mjlab.py
-#          and the rsl_rl adapter and resume tests, so rsl-rl-lib 5.4.2 is tested too. In this job a
-#          missing mjlab fails the mjlab tests instead of skipping them (ISLAB_TEST_JOB=mjlab).
+#          and the rsl_rl adapter, resume and fused-sync tests, so rsl-rl-lib 5.4.2 is tested too. In
+#          this job a missing mjlab fails the mjlab tests instead of skipping them (ISLAB_TEST_JOB=mjlab).
 # ISLAB_TEST_JOB=main or ISLAB_TEST_JOB=mjlab runs one job. Arguments go to pytest in both jobs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +19,7 @@ if [ "$job" = all ] || [ "$job" = mjlab ]; then
     # Warp compiles mjlab's kernels once per job (Go1: ~25 s on CPU), then reads them from here.
     ISLAB_TEST_JOB=mjlab WARP_CACHE_PATH=${WARP_CACHE_PATH:-$PWD/.venv-mjlab/warp-cache} \
         .venv-mjlab/bin/python -m pytest "$@" tests/test_mjlab.py tests/test_entrypoint.py tests/test_lib_rsl_rl.py tests/test_resume.py \
+        tests/test_fused_sync.py \
         -k "mjlab or rsl_rl" || status=$?
 fi
 exit "$status"

@@ -25,9 +25,19 @@ What we fix, and why
   normalizers across ranks (5.5 all-reduces each update's moments), so with
   ``obs_normalization: true`` every rank's normalizer learned from its own envs and the ranks'
   policies drifted apart (different digests after 2 iterations of mjlab's Go1).
-  ``use_global_normalizers`` swaps in ``GlobalEmpiricalNormalization``, 5.5's update arithmetic,
-  on 5.4.x only. 5.4.2's ``_configure_multi_gpu`` is the same as 5.5's, so the override below
-  covers both; the rest of the API the adapter uses is unchanged between them.
+  On the stock path (``ISLAB_SYNC=stock``) ``use_global_normalizers`` swaps in
+  ``GlobalEmpiricalNormalization``: 5.5's arithmetic at 5.4.2's cadence, 3 all-reduces per
+  normalizer per env step (Cartpole's 16 steps, actor and critic: 96 an iteration). Under fused
+  sync (the default) 5.4.x gets 5.5's normalizer behaviour instead, one all-reduce an iteration:
+  ``FusedSyncPPO`` drops the rollout's per-step updates and makes 5.5's one update at the end of
+  ``update`` (the iteration's stored observations, pooled over ranks by
+  ``update_normalizers_together``). Why 5.5's timing and data: then the rollout, the bootstrap
+  and every minibatch of an iteration see the same statistics (5.4.2 moves them under the rollout
+  at each step), and a fused 5.4.2 run ends bit-identical to a fused 5.5 run. It learns slightly
+  differently from 5.4.2's stock path (statistics one iteration old while acting, the
+  observations before each step instead of after). RND's normalizers stay as 5.4.2 has them.
+  5.4.2's ``_configure_multi_gpu`` is 5.5's, so the override below covers both; the rest of the
+  API the adapter uses is unchanged between them.
 * Checkpoints: rsl_rl writes with a plain ``torch.save``; a crash mid-write leaves a truncated
   file. ``save`` is overridden to write atomically. The saved dict holds only tensors and
   primitives, so it loads with ``torch.load(weights_only=True)``.
@@ -200,7 +210,23 @@ def library_syncs_normalizer() -> bool:
     return "torch.distributed" in inspect.getsource(EmpiricalNormalization.update)
 
 
-def update_normalizers_together(pending: list[tuple[EmpiricalNormalization, torch.Tensor]]) -> None:
+PendingUpdates = list[tuple[EmpiricalNormalization, torch.Tensor]]  # (normalizer, its update's x)
+
+
+@contextlib.contextmanager
+def deferred_updates(normalizers: list[EmpiricalNormalization], pending: PendingUpdates) -> Iterator[None]:
+    """Within the block, ``norm.update(x)`` of each of ``normalizers`` only appends ``(norm, x)`` to
+    ``pending`` (for ``update_normalizers_together``)."""
+    for norm in normalizers:
+        norm.update = lambda x, norm=norm: pending.append((norm, x))
+    try:
+        yield
+    finally:
+        for norm in normalizers:
+            del norm.update
+
+
+def update_normalizers_together(pending: PendingUpdates) -> None:
     """Apply the deferred ``EmpiricalNormalization.update(x)`` calls of one iteration with ONE
     all-reduce: per normalizer ``[n, n*mean, n*(var + mean^2)]`` (float64), summed over ranks, gives
     the global count, mean and (population) variance; then rsl_rl 5.5's own update arithmetic
@@ -234,39 +260,65 @@ class FusedSyncPPO(PPO):
     rank applies rsl_rl's schedule to the same global KL, rounded as the stock broadcast rounds it.
     Normalizer updates of the iteration are deferred to the end of ``update`` (nothing reads them in
     between: rsl_rl updates them after the last minibatch) and applied with one all-reduce.
+    On rsl-rl-lib 5.4.x (``update_normalizers_as_5_5``) the rollout's per-step normalizer updates
+    are dropped and 5.5's end-of-update one is made instead, in the same way.
     Symmetry augmentation is not fused (it resizes the batch): such runs use the stock path."""
 
+    def update_normalizers_as_5_5(self) -> None:
+        """5.4.x: no normalizer update per env step; ``update`` makes 5.5's one (module docstring)."""
+        self._normalizers_as_5_5 = True
+
+    def _observation_normalizers(self) -> list[EmpiricalNormalization]:
+        modules = chain(self.actor.modules(), self.critic.modules())
+        return [m for m in modules if isinstance(m, EmpiricalNormalization)]
+
+    def process_env_step(self, obs: TensorDict, rewards: torch.Tensor, dones: torch.Tensor, extras: dict) -> None:
+        if not getattr(self, "_normalizers_as_5_5", False):
+            super().process_env_step(obs, rewards, dones, extras)
+            return
+        with deferred_updates(self._observation_normalizers(), []):  # dropped: update() makes 5.5's
+            super().process_env_step(obs, rewards, dones, extras)
+
+    def _updates_as_5_5(self, observations: TensorDict) -> PendingUpdates:
+        """5.4.x: 5.5's end-of-update normalizer update (ppo.py), deferred; 5.5 makes its own."""
+        pending: PendingUpdates = []
+        if getattr(self, "_normalizers_as_5_5", False):
+            with deferred_updates(self._observation_normalizers(), pending):
+                self.actor.update_normalization(observations)
+                self.critic.update_normalization(observations)
+        return pending
+
     def update(self) -> dict[str, float]:
+        observations = self.storage.observations.flatten(0, 1)  # this iteration's, as 5.5 reads them
         if not self.is_multi_gpu or self.symmetry:
-            return super().update()
+            result = super().update()
+            update_normalizers_together(self._updates_as_5_5(observations))  # 5.5: nothing to do
+            return result
         self._fused_adaptive = self.desired_kl is not None and self.schedule == "adaptive"
-        pending: list[tuple[EmpiricalNormalization, torch.Tensor]] = []
+        pending: PendingUpdates = []
         with self._fused_update(pending):
             result = super().update()
-        update_normalizers_together(pending)
+        update_normalizers_together(pending + self._updates_as_5_5(observations))
         return result
 
     @contextlib.contextmanager
-    def _fused_update(self, pending: list[tuple[EmpiricalNormalization, torch.Tensor]]) -> Iterator[None]:
+    def _fused_update(self, pending: PendingUpdates) -> Iterator[None]:
         storage, schedule = self.storage, self.schedule
         for name in ("mini_batch_generator", "recurrent_mini_batch_generator"):
             setattr(storage, name, self._recording(getattr(storage, name)))
         models = [self.actor, self.critic] + ([self.rnd] if self.rnd else [])
         normalizers = [m for model in models for m in model.modules() if isinstance(m, EmpiricalNormalization)]
-        for norm in normalizers:
-            norm.update = lambda x, norm=norm: pending.append((norm, x))  # deferred, see update()
         if self._fused_adaptive:
             self.schedule = "adaptive (fused into reduce_parameters)"
         self._fused_active = True
         try:
-            yield
+            with deferred_updates(normalizers, pending):  # applied after update(), see there
+                yield
         finally:
             self._fused_active = False
             self.schedule = schedule
             for name in ("mini_batch_generator", "recurrent_mini_batch_generator"):
                 delattr(storage, name)
-            for norm in normalizers:
-                del norm.update
 
     def _recording(self, generator_fn: Any) -> Any:
         def batches(*args: Any, **kwargs: Any) -> Iterator[Any]:
@@ -351,12 +403,15 @@ class RslRlAdapter(LibraryAdapter):
             self.run_dir.mkdir(parents=True, exist_ok=True)
         log_dir = str(self.run_dir) if ctx.is_main else None
         self.runner = RankAwareOnPolicyRunner(self.vec_env, train_cfg, ctx, log_dir=log_dir, device=ctx.device)
-        if ctx.distributed and not library_syncs_normalizer():  # 5.4.x: per env step, see the docstring
-            use_global_normalizers(self.runner.alg.actor)
-            use_global_normalizers(self.runner.alg.critic)
         self.fused_sync = use_fused_sync(ctx.distributed) and type(self.runner.alg) is PPO
         if self.fused_sync:
             self.runner.alg.__class__ = FusedSyncPPO  # same object, fused update (see FusedSyncPPO)
+        if ctx.distributed and not library_syncs_normalizer():  # 5.4.x: per env step, see the docstring
+            if self.fused_sync:
+                self.runner.alg.update_normalizers_as_5_5()  # once per iteration, pooled
+            else:
+                use_global_normalizers(self.runner.alg.actor)
+                use_global_normalizers(self.runner.alg.critic)
         self.num_steps_per_env = rollout_length(self.name, train_cfg)
         self._report_each_iteration()
 
