@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from islab.launcher import doctor, probes
+from islab.launcher import doctor, doctor_report, probes
 from islab.launcher.spec import RunSpec
 
 NVIDIA_SMI = """\
@@ -157,7 +157,7 @@ def test_cheap_subset_and_launch_messages():
     checks = doctor.run_checks(facts, doctor.CHEAP)
     assert [check.name for check in checks] == [name for name in [c.name for c in doctor.run_checks(facts)]
                                                  if name in doctor.CHEAP]  # fmt: skip
-    errors, warnings = doctor.launch_messages(checks)
+    errors, warnings = doctor_report.launch_messages(checks)
     assert len(errors) == 1 and errors[0].startswith("error: socket interfaces: GLOO_SOCKET_IFNAME=eth9")
     assert len(warnings) == 1 and "public address" in warnings[0]
     assert not doctor.all_passed(checks)

@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 import typer
 
 from islab.cli.options import BY_NAME, OPTIONS, signature
-from islab.launcher import doctor, slurm
+from islab.launcher import doctor, doctor_report, slurm
 from islab.launcher import plan as planner
 from islab.launcher.addresses import split_host_port
 from islab.launcher.issues import Issue, SpecError, mask_env
@@ -294,7 +294,7 @@ def _preflight(spec: RunSpec, plan: LaunchPlan, visible_gpus: int) -> bool:
     """The cheap doctor checks before a real launch: errors stop it (exit 2), warnings print.
     Returns whether this node owns the c10d endpoint's address (it must host the store)."""
     facts = doctor.gather_facts(spec, plan, full=False, visible_gpus=visible_gpus)
-    errors, warnings = doctor.launch_messages(doctor.run_checks(facts, before_launch=True))
+    errors, warnings = doctor_report.launch_messages(doctor.run_checks(facts, before_launch=True))
     for line in warnings + errors:
         print(line, file=sys.stderr)
     if errors:

@@ -18,7 +18,7 @@ import typer
 
 from islab.cli.app import entry_args, fail, resolve, source_of, typer_app
 from islab.cli.options import OPTIONS, keyword, signature
-from islab.launcher import doctor, slurm
+from islab.launcher import doctor, doctor_report, slurm
 from islab.launcher import plan as planner
 from islab.launcher.issues import SpecError
 from islab.launcher.probes import find_free_port
@@ -65,11 +65,11 @@ def doctor_command(ctx: typer.Context, **options: Any) -> None:
     facts = doctor.gather_facts(spec, plan, full=True)
     checks = doctor.run_checks(facts)
     if options["json_output"]:
-        print(doctor.to_json(checks, facts))
+        print(doctor_report.to_json(checks, facts))
     else:
         from rich.console import Console
 
-        doctor.render_table(checks, facts, Console(highlight=False, width=None if sys.stdout.isatty() else 140))
+        doctor_report.render_table(checks, facts, Console(highlight=False, width=None if sys.stdout.isatty() else 140))
     raise typer.Exit(0 if doctor.all_passed(checks) else 1)
 
 
