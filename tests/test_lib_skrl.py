@@ -191,7 +191,28 @@ def trained_jax(tmp_path_factory: pytest.TempPathFactory):
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     run_dir = tmp_path_factory.mktemp("skrl_jax") / "run"
     adapter = build("jax", run_dir)
-    return adapter, adapter.train(1), run_dir
+    compiled = _update_compile_counts()
+    result = adapter.train(1)
+    after = _update_compile_counts()
+    trained_jax_compiles.update({name: after[name] - compiled[name] for name in after})
+    return adapter, result, run_dir
+
+
+trained_jax_compiles: dict[str, int] = {}  # per heavy jitted function, programs compiled by trained_jax
+
+
+def _update_compile_counts() -> dict[str, int]:
+    """How many programs skrl's jitted PPO update and Adam step hold (one per input signature)."""
+    import skrl.resources.optimizers.jax.adam as adam
+
+    from islab.libs import skrl_jax
+
+    jitted = {
+        "update_policy": skrl_jax._update_policy,
+        "update_value": skrl_jax._update_value,
+        "adam_step": adam._step_with_scale,
+    }
+    return {name: function._cache_size() for name, function in jitted.items()}
 
 
 @needs_jax
@@ -202,6 +223,14 @@ def test_jax_train_writes_tensorboard_and_skrls_checkpoint(trained_jax) -> None:
     assert list(run_dir.glob("events.out.tfevents.*")), "no TensorBoard events in the run directory"
     checkpoint = Path(result.checkpoint)
     assert checkpoint == run_dir / "checkpoints" / "agent_final.pickle" and checkpoint.is_file()
+
+
+@needs_jax
+def test_jax_first_update_compiles_what_every_later_one_reuses(trained_jax) -> None:
+    """A fresh or restored learner state must already look like a trained one (strong types,
+    committed to the device): otherwise the first minibatch compiles the update and Adam step, and
+    the second compiles them all again (PPO's update: ~5 heavy XLA compiles, seconds each)."""
+    assert trained_jax_compiles == {"update_policy": 1, "update_value": 1, "adam_step": 2}  # Adam: policy, value
 
 
 @needs_jax

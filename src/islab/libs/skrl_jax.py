@@ -314,6 +314,15 @@ def _torch_to_jax(value: torch.Tensor) -> jax.Array:
     return jnp.asarray(value.numpy())
 
 
+def _as_trained(tree: Any, device: Any) -> Any:
+    """``tree`` with every array as training's own steps leave it: strongly typed and committed to
+    ``device``. A jitted function is compiled per input signature, and weak types (skrl's initial
+    ``log_std_parameter``) and commitment are part of it: fresh or restored parameters and optimizer
+    states that are neither would compile PPO's update and Adam's step once for the first
+    minibatch and again for every later one (4 of the ~5 heavy XLA compiles of a first iteration)."""
+    return jax.device_put(jax.tree.map(lambda x: jnp.asarray(x, dtype=jnp.result_type(x)), tree), device)
+
+
 class SkrlJaxAdapter(SkrlAdapter):
     name = "skrl"
     checkpoint_suffix = ".pickle"
@@ -338,6 +347,23 @@ class SkrlJaxAdapter(SkrlAdapter):
         self.fused_sync = use_fused_sync(ctx.distributed) and isinstance(runner.agent, TrackedPPO)
         runner.agent.fused_sync = self.fused_sync
         return runner
+
+    def train(self, max_iterations: int) -> Any:
+        self._settle_learner_state()
+        return super().train(max_iterations)
+
+    def _settle_learner_state(self) -> None:
+        """Parameters and optimizer states as training leaves them (``_as_trained``), whether built,
+        broadcast or restored, so the first update compiles the programs every later one reuses."""
+        agent, device = self.agent, skrl.config.jax.device
+        for name, module in list(agent.checkpoint_modules.items()):
+            if isinstance(module, Model):
+                module.state_dict = module.state_dict.replace(params=_as_trained(module.state_dict.params, device))
+            elif not hasattr(module, "state_dict"):  # an optimizer (preprocessors keep theirs committed)
+                settled = module.replace(state=_as_trained(module.state, device))
+                agent.checkpoint_modules[name] = settled
+                if getattr(agent, name, None) is module:
+                    setattr(agent, name, settled)
 
     def save(self, path: Path) -> None:
         """skrl's ``agent.save`` format, written to a temporary file, flushed, renamed over."""
