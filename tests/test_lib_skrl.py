@@ -312,3 +312,23 @@ def test_jax_collectives_are_compiled_once() -> None:
     assert skrl_jax.Model.reduce_parameters is skrl_jax._reduce_parameters
     for name in grads:
         np.testing.assert_array_equal(np.asarray(reduced[name]), np.asarray(grads[name]))
+
+
+@needs_jax
+@pytest.mark.parametrize("time_limit_bootstrap", [False, True])
+def test_jax_scanned_gae_equals_skrls_bitwise(time_limit_bootstrap: bool) -> None:
+    """Our lax.scan GAE (fast to compile) gives skrl's unrolled loop's returns and advantages."""
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import jax.numpy as jnp
+
+    from islab.libs import skrl_jax
+
+    rng = np.random.default_rng(0)
+    steps, envs = 8, 16
+    rewards, values = (jnp.asarray(rng.normal(size=(steps, envs, 1)).astype(np.float32)) for _ in range(2))
+    terminated, truncated = (jnp.asarray(rng.random((steps, envs, 1)) < 0.2).astype(jnp.int8) for _ in range(2))
+    last_values = jnp.asarray(rng.normal(size=(envs, 1)).astype(np.float32))
+    args = dict(rewards=rewards, terminated=terminated, truncated=truncated, values=values, last_values=last_values,
+                discount_factor=0.99, lambda_coefficient=0.95, time_limit_bootstrap=time_limit_bootstrap)  # fmt: skip
+    for ours, skrls in zip(skrl_jax._scanned_gae(**args), skrl_jax._compute_gae(**args), strict=True):
+        np.testing.assert_array_equal(np.asarray(ours), np.asarray(skrls))

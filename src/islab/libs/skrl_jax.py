@@ -39,6 +39,11 @@ What skrl expects, and what this module does about it:
   JAX array turned into a torch tensor (numpy in between), so the islab checkpoint stays a
   ``weights_only`` torch file like the other libraries'; plus both learning rates. skrl's PRNG
   key (``skrl.config.jax.key``) is per-rank RNG state, saved with the other RNGs.
+* **Compile time.** skrl's ``_compute_gae`` is a Python loop over the rollout inside ``jax.jit``,
+  unrolled into one XLA program per step (32 rollouts: 4.5 s to compile on a busy CPU, every
+  process, every run); ``_scanned_gae`` is the same arithmetic as a ``lax.scan`` (0.7 s), bitwise
+  equal (tested). Fresh and restored learner states are settled before training
+  (``_as_trained``), so the update and Adam steps compile once, not twice.
 """
 
 from __future__ import annotations
@@ -259,6 +264,35 @@ class TrackedPPO(EpisodeReturnMixin, PPO):
             offset += row.shape[0]
 
 
+@functools.partial(jax.jit, static_argnames=("time_limit_bootstrap",))
+def _scanned_gae(
+    rewards: jax.Array,
+    terminated: jax.Array,
+    truncated: jax.Array,
+    values: jax.Array,
+    last_values: jax.Array,
+    discount_factor: float = 0.99,
+    lambda_coefficient: float = 0.95,
+    time_limit_bootstrap: bool = False,
+) -> tuple[jax.Array, jax.Array]:
+    """skrl 2.1.1's ``_compute_gae`` (same signature, same float operations in the same order)
+    with its unrolled Python loop over the rollout as one ``lax.scan``: it compiles in a fraction
+    of the time."""
+    not_done = jnp.logical_not(jnp.logical_or(terminated, truncated) if time_limit_bootstrap else terminated)
+    next_values = jnp.concatenate([values[1:], last_values[None]], axis=0)
+
+    def step(advantage: jax.Array, row: tuple[jax.Array, ...]) -> tuple[jax.Array, jax.Array]:
+        reward, value, next_value, step_not_done = row
+        advantage = reward - value + discount_factor * step_not_done * (next_value + lambda_coefficient * advantage)
+        return advantage, advantage
+
+    rows = (rewards, values, next_values, not_done)
+    _, advantages = jax.lax.scan(step, jnp.zeros_like(last_values), rows, reverse=True)
+    returns = advantages + values
+    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    return returns, advantages
+
+
 # -- fused sync: skrl's PPO module functions as update() sees them (pass-through unless a fused
 # TrackedPPO.update runs) -----------------------------------------------------------------------
 _ACTIVE: list[TrackedPPO] = []
@@ -270,7 +304,7 @@ _compute_gae, _update_policy, _update_value = (
 
 
 def _compute_gae_then_prefetch(*args: Any, **kwargs: Any) -> Any:
-    returns, advantages = _compute_gae(*args, **kwargs)
+    returns, advantages = _scanned_gae(*args, **kwargs)
     if _ACTIVE:
         _ACTIVE[-1]._prefetch_normalizer_moments(kwargs["values"], returns)
     return returns, advantages
