@@ -388,7 +388,10 @@ class SkrlJaxAdapter(SkrlAdapter):
 
     def _settle_learner_state(self) -> None:
         """Parameters and optimizer states as training leaves them (``_as_trained``), whether built,
-        broadcast or restored, so the first update compiles the programs every later one reuses."""
+        broadcast or restored, so the first update compiles the programs every later one reuses.
+        This shifts the action noise from the second iteration on against earlier versions: skrl's
+        ``GaussianMixin.act`` folds a Python counter into its key, and tracing ``_update_policy``
+        calls it too, so one trace fewer is one count fewer."""
         agent, device = self.agent, skrl.config.jax.device
         for name, module in list(agent.checkpoint_modules.items()):
             if isinstance(module, Model):
