@@ -191,7 +191,28 @@ def trained_jax(tmp_path_factory: pytest.TempPathFactory):
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     run_dir = tmp_path_factory.mktemp("skrl_jax") / "run"
     adapter = build("jax", run_dir)
-    return adapter, adapter.train(1), run_dir
+    compiled = _update_compile_counts()
+    result = adapter.train(1)
+    after = _update_compile_counts()
+    trained_jax_compiles.update({name: after[name] - compiled[name] for name in after})
+    return adapter, result, run_dir
+
+
+trained_jax_compiles: dict[str, int] = {}  # per heavy jitted function, programs compiled by trained_jax
+
+
+def _update_compile_counts() -> dict[str, int]:
+    """How many programs skrl's jitted PPO update and Adam step hold (one per input signature)."""
+    import skrl.resources.optimizers.jax.adam as adam
+
+    from islab.libs import skrl_jax
+
+    jitted = {
+        "update_policy": skrl_jax._update_policy,
+        "update_value": skrl_jax._update_value,
+        "adam_step": adam._step_with_scale,
+    }
+    return {name: function._cache_size() for name, function in jitted.items()}
 
 
 @needs_jax
@@ -202,6 +223,14 @@ def test_jax_train_writes_tensorboard_and_skrls_checkpoint(trained_jax) -> None:
     assert list(run_dir.glob("events.out.tfevents.*")), "no TensorBoard events in the run directory"
     checkpoint = Path(result.checkpoint)
     assert checkpoint == run_dir / "checkpoints" / "agent_final.pickle" and checkpoint.is_file()
+
+
+@needs_jax
+def test_jax_first_update_compiles_what_every_later_one_reuses(trained_jax) -> None:
+    """A fresh or restored learner state must already look like a trained one (strong types,
+    committed to the device): otherwise the first minibatch compiles the update and Adam step, and
+    the second compiles them all again (PPO's update: ~5 heavy XLA compiles, seconds each)."""
+    assert trained_jax_compiles == {"update_policy": 1, "update_value": 1, "adam_step": 2}  # Adam: policy, value
 
 
 @needs_jax
@@ -283,3 +312,23 @@ def test_jax_collectives_are_compiled_once() -> None:
     assert skrl_jax.Model.reduce_parameters is skrl_jax._reduce_parameters
     for name in grads:
         np.testing.assert_array_equal(np.asarray(reduced[name]), np.asarray(grads[name]))
+
+
+@needs_jax
+@pytest.mark.parametrize("time_limit_bootstrap", [False, True])
+def test_jax_scanned_gae_equals_skrls_bitwise(time_limit_bootstrap: bool) -> None:
+    """Our lax.scan GAE (fast to compile) gives skrl's unrolled loop's returns and advantages."""
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import jax.numpy as jnp
+
+    from islab.libs import skrl_jax
+
+    rng = np.random.default_rng(0)
+    steps, envs = 8, 16
+    rewards, values = (jnp.asarray(rng.normal(size=(steps, envs, 1)).astype(np.float32)) for _ in range(2))
+    terminated, truncated = (jnp.asarray(rng.random((steps, envs, 1)) < 0.2).astype(jnp.int8) for _ in range(2))
+    last_values = jnp.asarray(rng.normal(size=(envs, 1)).astype(np.float32))
+    args = dict(rewards=rewards, terminated=terminated, truncated=truncated, values=values, last_values=last_values,
+                discount_factor=0.99, lambda_coefficient=0.95, time_limit_bootstrap=time_limit_bootstrap)  # fmt: skip
+    for ours, skrls in zip(skrl_jax._scanned_gae(**args), skrl_jax._compute_gae(**args), strict=True):
+        np.testing.assert_array_equal(np.asarray(ours), np.asarray(skrls))
