@@ -340,6 +340,11 @@ class IslabRunner(Runner):
         return TrackedPPO if name.lower() == "ppo" else super()._component(name)
 
 
+def _key_to_torch(key: Any) -> torch.Tensor:
+    """A raw uint32 JAX PRNG key as an int64 tensor (``weights_only`` checkpoints hold no uint32)."""
+    return torch.from_numpy(np.asarray(jax.device_get(key)).astype(np.int64))
+
+
 def _jax_to_torch(value: Any) -> torch.Tensor:
     return torch.from_numpy(np.array(jax.device_get(value)))
 
@@ -420,8 +425,9 @@ class SkrlJaxAdapter(SkrlAdapter):
         state: dict[str, Any] = {}
         for name, module in agent.checkpoint_modules.items():
             # Models and preprocessors keep their arrays in state_dict.params; an optimizer is itself
-            # a pytree (its optax state).
-            target = module.state_dict.params if hasattr(module, "state_dict") else module
+            # a pytree (its optax state), which skrl's update replaces on the agent without updating
+            # checkpoint_modules: the agent's attribute is the trained one.
+            target = module.state_dict.params if hasattr(module, "state_dict") else getattr(agent, name, module)
             state[name] = jax.tree.map(_jax_to_torch, serialization.to_state_dict(target))
         state["learning_rate"] = {
             "policy": float(getattr(agent, "policy_learning_rate", 0.0)),
@@ -447,11 +453,21 @@ class SkrlJaxAdapter(SkrlAdapter):
                 setattr(agent, f"{role}_learning_rate", state["learning_rate"][role])
 
     def extra_rng_state(self) -> dict[str, Any]:
-        return {"jax_key": torch.from_numpy(np.asarray(jax.device_get(skrl.config.jax.key)).astype(np.int64))}
+        # skrl's Gaussian policy draws its action noise from its own key (taken from the global key
+        # when it was built) folded with a call counter: both continue across a resume.
+        policy = self.agent.policy
+        return {
+            "jax_key": _key_to_torch(skrl.config.jax.key),
+            "policy_noise_key": _key_to_torch(policy._g_key),
+            "policy_noise_count": torch.tensor([policy._g_i], dtype=torch.int64),
+        }
 
     def load_extra_rng_state(self, state: dict[str, Any]) -> None:
         if "jax_key" in state:
             skrl.config.jax.key = jnp.asarray(state["jax_key"].numpy().astype(np.uint32))
+        if "policy_noise_key" in state:
+            self.agent.policy._g_key = jnp.asarray(state["policy_noise_key"].numpy().astype(np.uint32))
+            self.agent.policy._g_i = int(state["policy_noise_count"][0])
 
     def policy_state(self) -> dict[str, np.ndarray]:
         params = traverse_util.flatten_dict(jax.device_get(self.agent.policy.state_dict.params), sep=".")
