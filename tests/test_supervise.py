@@ -284,6 +284,37 @@ def test_free_port_probe_and_port_in_use():
         assert not probes.port_is_free(busy.getsockname()[1])
 
 
+WRITE_DIGESTS = """
+import sys
+from islab import rundir
+for rank, sha in enumerate(sys.argv[2:]):
+    rundir.write_digest(sys.argv[1], rank, sha * 64, world_size=len(sys.argv) - 2)
+"""
+
+
+def test_ranks_that_end_with_different_policies_fail_the_run_naming_them(tmp_path):
+    run_dir = str(tmp_path / "run")
+    code, _, err = run_quiet(launcher_plan([PY, "-c", WRITE_DIGESTS, run_dir, "a", "b", "a", "c"], run_dir))
+    assert code == 1
+    assert err.splitlines()[-1] == (
+        f"error: the ranks ended with different policies: ranks 0, 2 have {'a' * 12}, rank 1 has {'b' * 12}, "
+        f"rank 3 has {'c' * 12} (sha256 in {tmp_path / 'run' / 'digests'}); gradients or normalizer statistics "
+        "were not kept in sync across ranks"
+    )
+
+
+def test_equal_digests_pass_and_those_of_ranks_a_resumed_run_no_longer_has_are_not_compared(tmp_path):
+    run_dir = str(tmp_path / "run")
+    rundir.write_digest(run_dir, 2, "b" * 64, world_size=3)  # left by an earlier run with 3 ranks
+    rundir.write_json(rundir.digest_path(run_dir, 3), {"rank": 3, "policy_sha256": "c" * 64})  # no world size
+    code, _, err = run_quiet(launcher_plan([PY, "-c", WRITE_DIGESTS, run_dir, "a", "a"], run_dir))
+    assert code == 0, err
+    assert rundir.read_digests(run_dir) == {0: "a" * 64, 1: "a" * 64}
+    # a launcher that failed keeps its own exit code and message, whatever the digests say
+    code, _, err = run_quiet(launcher_plan([PY, "-c", WRITE_DIGESTS + "sys.exit(3)", run_dir, "a", "b"], run_dir))
+    assert code == 3 and "different policies" not in err
+
+
 def test_write_launch_record_creates_run_dir(tmp_path):
     target = rundir.write_launch_record(str(tmp_path / "a" / "b"), {"spec": {"lib": "rsl_rl"}})
     assert target == tmp_path / "a" / "b" / "launch.yaml"

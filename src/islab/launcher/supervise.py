@@ -9,6 +9,9 @@ the one poll loop of :mod:`islab.launcher.processes`:
   becomes 128 + N); islab-train stopped by SIGINT/SIGTERM exits 128 + signal (130, 143).
 * **Failures are named.** One ``error:`` line with the node, the rank, its exception (torch's
   error files, see :mod:`islab.launcher.torchrun`) or the signal that killed it, and its log.
+* **Diverged ranks fail the run.** After a successful run the ranks' final policy digests
+  (``digests/rank_<R>.json`` in the run directory) must all be equal; otherwise exit 1 and one
+  ``error:`` line naming which ranks hold which policy.
 * **Rendezvous failures are named too.** Nodes that do not all arrive within
   ``rendezvous.timeout_s`` end the run with one message naming the timeout and the address.
 * **The console is ours.** By default only rank 0's stderr passes (``--all-ranks``: everything,
@@ -32,7 +35,7 @@ from islab.launcher.plan import LaunchPlan
 from islab.launcher.processes import watch
 from islab.launcher.skrl_jax import SkrlJaxNode
 from islab.launcher.torchrun import TorchrunNode
-from islab.rundir import latest_checkpoint
+from islab.rundir import DIGESTS_DIR, digest_divergence, latest_checkpoint, read_digests
 
 # SIGKILL what is left this long after a forwarded SIGINT/SIGTERM, so that nothing of the job
 # is alive 10 s after the signal even when a process ignores SIGTERM.
@@ -102,6 +105,8 @@ def run_plan(
         runner.close()
         if logs is not None:
             logs.close()
+    if status == 0:
+        status = _check_digests(plan.run_dir, explanation)
     if status == 0 and options.progress:
         finish(plan.run_dir, out, tty=options.live, resume=resume_command(plan.run_dir), records=view.records)
     elif options.progress:
@@ -109,6 +114,21 @@ def run_plan(
     # A failure's message (rank, node, log, exception) stays the last line, after the resume hint.
     err.write(explanation.getvalue())
     return status
+
+
+def _check_digests(run_dir: str, err: IO[str]) -> int:
+    """After a successful run: every rank must end with the same policy. The ranks' final policy
+    digests (``digests/rank_<R>.json``: all ranks on a shared file system, else this node's) are
+    compared; ranks that differ fail the run with one line naming them (exit 1)."""
+    groups = digest_divergence(read_digests(run_dir))
+    if groups is None:
+        return 0
+    where = os.path.join(os.path.abspath(run_dir), DIGESTS_DIR)
+    err.write(
+        f"error: the ranks ended with different policies: {groups} (sha256 in {where}); gradients or "
+        "normalizer statistics were not kept in sync across ranks\n"
+    )
+    return 1
 
 
 def _resume_hint(run_dir: str, err: IO[str]) -> None:

@@ -239,7 +239,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
 
     digest = state_digest(adapter.policy_state())
-    rundir.write_digest(run_dir, ctx.rank, digest)
+    rundir.write_digest(run_dir, ctx.rank, digest, ctx.world_size)
     summary = {
         **result.to_dict(),
         "iteration": adapter.iteration,
