@@ -17,7 +17,6 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from islab.launcher.probes import find_free_port
 from islab.rundir import resume_source as resolve_resume_path
 from islab.worker.checkpoint import (
     FORMAT,
@@ -297,8 +296,8 @@ def test_latest_survives_a_writer_killed_mid_swap(tmp_path: Path) -> None:
     assert torch.equal(checkpoint["library"]["w"], torch.full((BIG,), float(iteration)))
 
 
-def _collective_rank(rank: int, port: int, results: dict) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+def _collective_rank(rank: int, store: str, results: dict) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     try:
         ctx = RankContext(rank, rank, 2, 2, "cpu", "gloo", 0, "torchrun")
         collective = TorchCollective(ctx)
@@ -309,10 +308,10 @@ def _collective_rank(rank: int, port: int, results: dict) -> None:
         dist.destroy_process_group()
 
 
-def test_torch_collective_moves_bytes_between_two_gloo_ranks() -> None:
-    port = find_free_port("127.0.0.1")
+def test_torch_collective_moves_bytes_between_two_gloo_ranks(tmp_path: Path) -> None:
+    store = tmp_path / "store"  # a file store: no port probed here and bound later by a child
     results = mp.Manager().dict()
-    mp.start_processes(_collective_rank, args=(port, results), nprocs=2, join=True, start_method="fork")
+    mp.start_processes(_collective_rank, args=(str(store), results), nprocs=2, join=True, start_method="fork")
     expected = b"checkpoint bytes \x00\xff" * 100
     assert results[0][0] == expected and results[1][0] == expected
     assert results[0][1] == [b"\x00" * 10, b"\x01" * 11]

@@ -10,7 +10,6 @@ with a clear message, and two torchrun ranks resume a checkpoint that only rank 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -23,9 +22,9 @@ import numpy as np
 import pytest
 import torch
 from adapters import TASK, build_adapter
+from ports import port_for_a_child
 from prerequisites import AS_ROOT_IN_CI, require
 
-from islab.launcher.probes import find_free_port
 from islab.libs.base import LibraryAdapter, state_digest
 from islab.worker.checkpoint import Checkpointer, identity, load_checkpoint_for_rank, restore
 from islab.worker.collectives import SingleProcess
@@ -38,7 +37,7 @@ PATHS = [
     pytest.param("skrl", "torch", id="skrl-torch"),
     pytest.param(
         "skrl", "jax", id="skrl-jax",
-        marks=pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed"),
+        marks=pytest.mark.needs("jax"),
     ),
 ]  # fmt: skip
 
@@ -247,7 +246,7 @@ def test_two_torchrun_ranks_resume_what_rank0_reads(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
+@pytest.mark.needs("jax")
 def test_two_skrl_jax_ranks_resume_what_rank0_reads(tmp_path: Path) -> None:
     """skrl-JAX ranks have no torch process group: the checkpoint bytes and the RNG states travel
     through jax.experimental.multihost_utils instead."""
@@ -256,7 +255,7 @@ def test_two_skrl_jax_ranks_resume_what_rank0_reads(tmp_path: Path) -> None:
     first = worker("--lib", "skrl", "--ml-framework", "jax", "--max-iterations", "1",
                    "--run-dir", str(tmp_path / "first"))  # fmt: skip
     assert first.returncode == 0, first.stderr[-3000:]
-    port = find_free_port("127.0.0.1")
+    port = port_for_a_child()
     run_dir = tmp_path / "second"
     command = [
         sys.executable, "-m", "skrl.utils.distributed.jax", "--nnodes", "1", "--nproc_per_node", "2",
