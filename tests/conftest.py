@@ -41,3 +41,11 @@ def islab(capsys):
         return code, captured.out, captured.err
 
     return invoke
+
+
+def pytest_runtest_setup(item):
+    """``@pytest.mark.needs("jax", ...)``: skip without those modules -- fail under CI=true."""
+    from prerequisites import require_modules
+
+    for mark in item.iter_markers("needs"):
+        require_modules(*mark.args)

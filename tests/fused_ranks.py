@@ -157,9 +157,8 @@ def run_two_ranks(job: dict[str, Any]) -> list[dict[str, Any]]:
     """Spawn 2 ranks running ``job`` (``mode``: stock or fused); return each rank's result dict."""
     import torch
     import torch.multiprocessing as mp
+    from ports import port_for_a_child
 
-    from islab.launcher.probes import find_free_port
-
-    mp.spawn(rank_main, args=(2, find_free_port(), job), nprocs=2, join=True)
+    mp.spawn(rank_main, args=(2, port_for_a_child(), job), nprocs=2, join=True)
     out_dir = Path(job["out"]) / job["mode"]
     return [torch.load(out_dir / f"rank_{r}.pt", weights_only=True) for r in (0, 1)]

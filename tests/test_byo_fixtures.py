@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from ports import port_for_a_child
 
 from islab.isaaclab_preset import isaaclab_entry, tensorboard_root
-from islab.launcher.probes import find_free_port
 from islab.tensorboard_progress import read_tensorboard_progress
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -28,7 +28,7 @@ TREE = FIXTURES / "isaaclab_tree"
 
 def _torchrun(cwd: Path, argv: list[str], extra_env: dict[str, str] | None = None, *torchrun_args: str):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--master-port", str(find_free_port()), *torchrun_args, *argv]
+           "--master-port", str(port_for_a_child()), *torchrun_args, *argv]
     env = {**os.environ, **(extra_env or {})}
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env, timeout=240)
 

@@ -5,7 +5,10 @@ collectives over a real two-rank gloo group."""
 from __future__ import annotations
 
 import io
+import os
 import random
+import signal
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +17,6 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from islab.launcher.probes import find_free_port
 from islab.rundir import resume_source as resolve_resume_path
 from islab.worker.checkpoint import (
     FORMAT,
@@ -24,6 +26,7 @@ from islab.worker.checkpoint import (
     check_compatible,
     identity,
     load_checkpoint_for_rank,
+    restore,
     restore_rng,
     to_bytes,
     to_cpu,
@@ -210,26 +213,95 @@ def test_checkpointer_interval_history_and_latest(tmp_path: Path) -> None:
     assert torch.load(directory / "iter_6.pt", weights_only=True)["iteration"] == 6
 
 
-def test_latest_survives_a_writer_killed_mid_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """SIGKILL while torch.save writes: the previous latest.pt must stay whole and loadable."""
-    checkpointer = Checkpointer(SingleProcess(), tmp_path, RSL, {}, interval=1)
+class LoadingAdapter(TinyAdapter):
+    """What ``restore`` calls; ``load_scale`` stands in for a library version that reads the
+    saved state into another policy than the one saved."""
+
+    def __init__(self, load_scale: float = 1.0) -> None:
+        super().__init__()
+        self.load_scale = load_scale
+        self.iteration = 0
+
+    def load_library_state(self, state: dict) -> None:
+        self.weights = state["w"] * self.load_scale
+
+    def load_extra_rng_state(self, state: dict) -> None:
+        pass
+
+
+def test_restore_checks_the_loaded_policy_against_the_saved_digest(tmp_path: Path) -> None:
+    saved = LoadingAdapter()
+    saved.weights = torch.tensor([1.0, 2.0])
+    Checkpointer(SingleProcess(), tmp_path, RSL, {}).write(saved, 3)
+    checkpoint = torch.load(tmp_path / "checkpoints" / "latest.pt", weights_only=True)
+
+    resumed = LoadingAdapter()
+    assert restore(resumed, checkpoint, rank=0) == checkpoint["policy_sha256"]
+    assert resumed.iteration == 3 and torch.equal(resumed.weights, saved.weights)
+    with pytest.raises(CheckpointError, match=r"the policy loaded from the checkpoint \(sha256 \w{12}\) differs"):
+        restore(LoadingAdapter(load_scale=2.0), checkpoint, rank=0)
+
+
+# A checkpoint big enough that writing latest.pt in place (truncate, then write) takes long
+# enough to be caught in the act: 32 MB of weights, ~20 ms to write from the page cache.
+BIG = 8_000_000
+
+
+def _write_iterations_1_and_2(directory: Path, written_1, go) -> None:
+    """The writer process: iteration 1, then (on ``go``) iteration 2, then wait to be killed."""
+    checkpointer = Checkpointer(SingleProcess(), directory, RSL, {}, interval=1)
     adapter = TinyAdapter()
+    adapter.weights = torch.full((BIG,), 1.0)
     checkpointer.write(adapter, 1)
-
-    def killed_mid_write(obj, handle, *args, **kwargs):
-        handle.write(b"PK\x03\x04 half a zip")  # what a killed writer leaves behind
-        raise KeyboardInterrupt  # stands in for the process dying here
-
-    with monkeypatch.context() as patch:
-        patch.setattr(torch, "save", killed_mid_write)
-        with pytest.raises(KeyboardInterrupt):
-            checkpointer.write(adapter, 2)
-    assert torch.load(tmp_path / "checkpoints" / "latest.pt", weights_only=True)["iteration"] == 1
-    assert not (tmp_path / "checkpoints" / "iter_2.pt").exists()
+    written_1.set()
+    go.wait()
+    adapter.weights = torch.full((BIG,), 2.0)
+    checkpointer.write(adapter, 2)
+    time.sleep(120)  # SIGKILLed long before
 
 
-def _collective_rank(rank: int, port: int, results: dict) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+def _file_state(path: Path) -> tuple[int, int, int] | None:
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def test_latest_survives_a_writer_killed_mid_swap(tmp_path: Path) -> None:
+    """A real writer process is SIGKILLed the moment latest.pt starts to change while it replaces
+    it with iteration 2 (a truncated, half-written or missing file is what an in-place write leaves
+    then): what is left at latest.pt must load whole, as iteration 1 or 2."""
+    fork = mp.get_context("fork")
+    written_1, go = fork.Event(), fork.Event()
+    writer = fork.Process(target=_write_iterations_1_and_2, args=(tmp_path, written_1, go), daemon=True)
+    writer.start()
+    try:
+        assert written_1.wait(60), "the writer did not write iteration 1"
+        latest = tmp_path / "checkpoints" / "latest.pt"
+        before = _file_state(latest)
+        assert before is not None
+        go.set()
+        deadline = time.monotonic() + 60
+        while _file_state(latest) == before:  # busy: the kill must land while the swap is under way
+            assert writer.is_alive() and time.monotonic() < deadline, "latest.pt was never replaced"
+        os.kill(writer.pid, signal.SIGKILL)
+        writer.join(30)
+    finally:
+        if writer.is_alive():
+            writer.kill()
+    assert writer.exitcode == -signal.SIGKILL  # killed, not finished
+    try:
+        checkpoint = torch.load(latest, weights_only=True)
+    except Exception as error:  # what an in-place write leaves: empty, truncated, half a zip
+        pytest.fail(f"latest.pt is not whole after its writer was killed mid-swap: {error!r}")
+    iteration = checkpoint["iteration"]
+    assert iteration in (1, 2)
+    assert torch.equal(checkpoint["library"]["w"], torch.full((BIG,), float(iteration)))
+
+
+def _collective_rank(rank: int, store: str, results: dict) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     try:
         ctx = RankContext(rank, rank, 2, 2, "cpu", "gloo", 0, "torchrun")
         collective = TorchCollective(ctx)
@@ -240,10 +312,10 @@ def _collective_rank(rank: int, port: int, results: dict) -> None:
         dist.destroy_process_group()
 
 
-def test_torch_collective_moves_bytes_between_two_gloo_ranks() -> None:
-    port = find_free_port("127.0.0.1")
+def test_torch_collective_moves_bytes_between_two_gloo_ranks(tmp_path: Path) -> None:
+    store = tmp_path / "store"  # a file store: no port probed here and bound later by a child
     results = mp.Manager().dict()
-    mp.start_processes(_collective_rank, args=(port, results), nprocs=2, join=True, start_method="fork")
+    mp.start_processes(_collective_rank, args=(str(store), results), nprocs=2, join=True, start_method="fork")
     expected = b"checkpoint bytes \x00\xff" * 100
     assert results[0][0] == expected and results[1][0] == expected
     assert results[0][1] == [b"\x00" * 10, b"\x01" * 11]

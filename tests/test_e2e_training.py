@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from prerequisites import require_modules
 
 ISLAB_TRAIN = [sys.executable, "-m", "islab.cli"]
 TASK = "Islab-Cartpole-v0"
@@ -71,7 +72,7 @@ def the_run_dir(tmp_path: Path, lib: str) -> Path:
 @pytest.mark.parametrize(("lib", "ml_framework"), PATHS)
 def test_two_cpu_ranks_train_and_hold_the_same_policy(tmp_path: Path, lib: str, ml_framework: str) -> None:
     if ml_framework == "jax":
-        pytest.importorskip("jax", reason="skrl-JAX needs the [jax] extra")
+        require_modules("jax")
     result = launch(tmp_path, lib, ml_framework)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     run_dir = the_run_dir(tmp_path, lib)
@@ -98,7 +99,7 @@ def test_two_cpu_ranks_train_and_hold_the_same_policy(tmp_path: Path, lib: str, 
 @pytest.mark.parametrize(("lib", "ml_framework"), PATHS)
 def test_a_failing_rank_fails_the_job_and_is_named(tmp_path: Path, lib: str, ml_framework: str) -> None:
     if ml_framework == "jax":
-        pytest.importorskip("jax", reason="skrl-JAX needs the [jax] extra")
+        require_modules("jax")
     crash_after_iteration_2 = {"ISLAB_TEST_CRASH_RANK": "1", "ISLAB_TEST_CRASH_AT_ITERATION": "2"}
     result = launch(tmp_path, lib, ml_framework, env=crash_after_iteration_2)
     assert result.returncode != 0

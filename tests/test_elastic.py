@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from ports import port_for_a_child
 
-from islab.launcher.probes import find_free_port
 from islab.worker.checkpoint import FORMAT, identity
 from islab.worker.collectives import SingleProcess
 from islab.worker.resume import find_resume_point, last_reported_iteration, same_job
@@ -102,7 +102,7 @@ def test_last_reported_iteration_skips_a_torn_line(tmp_path: Path) -> None:
 def test_torchrun_restart_resumes_and_ends_at_the_requested_iteration(tmp_path: Path, mode: str) -> None:
     """rank 1 fails after iteration 5 once; checkpoints every 2 iterations -> resume at 4, lose 1."""
     run_dir = tmp_path / "run"
-    port = find_free_port("127.0.0.1")
+    port = port_for_a_child()
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--nnodes", "1",
         "--max_restarts", "1", "--master_addr", "127.0.0.1", "--master_port", str(port),

@@ -156,10 +156,12 @@ def _run_side_by_side(num_envs: int, steps: int, compile_step: bool) -> None:
     reference.episode_length_buf, env.episode_length_buf = lengths.clone(), lengths.clone()
     time_outs = 0
     finished = 0
-    for _ in range(steps):
+    for step in range(steps):
         actions = torch.rand(num_envs, 1, generator=generator) * 2 - 1
         expected = reference.step(actions)
         got = env.step(actions)
+        if step == 0:  # the first step compiles; a failed compile falls back to eager, with a warning
+            assert env.compiled == compile_step, "the compiled step fell back to eager: eager was compared with eager"
         torch.testing.assert_close(got[0]["policy"], expected[0]["policy"], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(got[1], expected[1], atol=1e-5, rtol=1e-5)
         assert torch.equal(got[2], expected[2]) and torch.equal(got[3], expected[3])

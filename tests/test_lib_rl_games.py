@@ -13,7 +13,6 @@ from adapters import TASK, build_adapter
 from rl_games.algos_torch.running_mean_std import RunningMeanStd
 
 from islab.envs import make_env
-from islab.launcher.probes import find_free_port
 from islab.libs import load_adapter
 from islab.libs.rl_games import (
     GlobalRunningMeanStd,
@@ -120,8 +119,8 @@ def _batch(generator: torch.Generator, rank: int) -> torch.Tensor:
     return torch.randn(64, 3, generator=generator) * torch.tensor([1.0, 10.0, 0.1]) + rank
 
 
-def _normalizer_rank(rank: int, port: int, results: dict) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+def _normalizer_rank(rank: int, store: str, results: dict) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     try:
         # Scripted, as rl_games builds its normalizers.
         model = torch.nn.Sequential(torch.jit.script(RunningMeanStd((3,))), torch.nn.Linear(3, 1))
@@ -136,11 +135,11 @@ def _normalizer_rank(rank: int, port: int, results: dict) -> None:
         dist.destroy_process_group()
 
 
-def test_global_normalizer_is_identical_across_ranks_and_combines_all_data() -> None:
-    port = find_free_port("127.0.0.1")
+def test_global_normalizer_is_identical_across_ranks_and_combines_all_data(tmp_path: Path) -> None:
+    store = tmp_path / "store"  # a file store: no port probed here and bound later by a child
     results = mp.Manager().dict()
     # fork: the children need nothing re-imported (spawn would re-import rl_games, seconds each).
-    mp.start_processes(_normalizer_rank, args=(port, results), nprocs=2, join=True, start_method="fork")
+    mp.start_processes(_normalizer_rank, args=(str(store), results), nprocs=2, join=True, start_method="fork")
     rank0, rank1 = results[0], results[1]
     assert all(torch.equal(rank0[key], rank1[key]) for key in rank0), "ranks must hold the same bits"
 

@@ -6,7 +6,6 @@ in-process tests run only when neither is set; anything distributed runs in a su
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -18,10 +17,10 @@ import numpy as np
 import pytest
 import torch
 from adapters import TASK, build_adapter
+from ports import port_for_a_child
 
 from islab.agent_config import load_agent_config
 from islab.envs import make_env
-from islab.launcher.probes import find_free_port
 from islab.libs._skrl_common import pooled_moments, runner_config
 from islab.libs.base import state_digest
 
@@ -29,7 +28,7 @@ pytestmark = pytest.mark.skipif(
     int(os.environ.get("WORLD_SIZE", "1")) > 1 or int(os.environ.get("JAX_WORLD_SIZE", "1")) > 1,
     reason="importing skrl inside a distributed launch would join that job's process group",
 )
-needs_jax = pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
+needs_jax = pytest.mark.needs("jax")
 
 
 def build(framework: str, run_dir: Path, *, num_envs: int = 32, seed: int = 3, overrides: tuple[str, ...] = ()):
@@ -75,15 +74,32 @@ def test_pooled_moments_equal_the_union_of_batches(library: str) -> None:
 def trained_torch(tmp_path_factory: pytest.TempPathFactory):
     run_dir = tmp_path_factory.mktemp("skrl_torch") / "run"
     adapter = build("torch", run_dir)
+    env, step = adapter.env, adapter.env.step
+    env.episode_returns_seen = []  # what the env reported, step by step, for finished episodes
+
+    def recording_step(action):
+        result = step(action)
+        if "log" in result[4]:
+            env.episode_returns_seen.append(float(result[4]["log"]["episode_return"]))
+        return result
+
+    env.step = recording_step
     return adapter, adapter.train(2), run_dir
 
 
-def test_torch_train_reports_a_sane_result(trained_torch) -> None:
-    adapter, result, _ = trained_torch
+def test_torch_train_reports_the_episode_returns_the_env_reported(trained_torch) -> None:
+    """The result's mean return is the env's own: the mean of the per-step mean returns of the
+    episodes that finished, over the last ``rollouts`` such steps (one iteration's worth), and
+    progress.jsonl's last record says the same."""
+    adapter, result, run_dir = trained_torch
     assert result.iterations == 2
     assert result.env_steps == 2 * adapter.steps_per_iteration * 32
     assert result.wall_s > 0
-    assert result.mean_return is not None and -10.0 < result.mean_return < 400.0
+    seen = adapter.env.episode_returns_seen[-adapter.steps_per_iteration :]
+    assert seen, "no episode finished in 2 iterations"
+    assert result.mean_return == pytest.approx(sum(seen) / len(seen), rel=1e-6)
+    last = json.loads((run_dir / "progress.jsonl").read_text().splitlines()[-1])
+    assert last["iteration"] == 2 and last["mean_return"] == pytest.approx(result.mean_return, rel=1e-6)
 
 
 def test_torch_writes_tensorboard_and_a_weights_only_checkpoint(trained_torch) -> None:
@@ -134,8 +150,7 @@ def test_torch_two_ranks_end_with_identical_policies(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--nnodes", "1",
-        "--master_addr", "127.0.0.1", "--master_port", str(find_free_port("127.0.0.1")),
-        "-m", "islab.worker", "--lib", "skrl", "--ml-framework", "torch", "--task", TASK,
+        "--standalone", "-m", "islab.worker", "--lib", "skrl", "--ml-framework", "torch", "--task", TASK,
         "--num-envs", "64", "--seed", "1", "--max-iterations", "3", "--device", "cpu",
         "--run-dir", str(run_dir), "--distributed",
     ]  # fmt: skip
@@ -263,7 +278,7 @@ def test_jax_two_ranks_end_with_identical_policies(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     command = [
         sys.executable, "-m", "skrl.utils.distributed.jax", "--nnodes", "1", "--nproc_per_node", "2",
-        "--node_rank", "0", "--coordinator_address", f"127.0.0.1:{find_free_port('127.0.0.1')}", str(ENTRY_SCRIPT),
+        "--node_rank", "0", "--coordinator_address", f"127.0.0.1:{port_for_a_child()}", str(ENTRY_SCRIPT),
         "--lib", "skrl", "--ml-framework", "jax", "--task", TASK, "--num-envs", "64", "--seed", "1",
         "--max-iterations", "2", "--device", "cpu", "--run-dir", str(run_dir), "--distributed",
     ]  # fmt: skip
@@ -334,7 +349,7 @@ def test_jax_scanned_gae_equals_skrls_bitwise(time_limit_bootstrap: bool) -> Non
         np.testing.assert_array_equal(np.asarray(ours), np.asarray(skrls))
 
 
-@pytest.mark.skipif(importlib.util.find_spec("jax") is None and os.environ.get("CI") != "true", reason="needs jax")
+@needs_jax
 def test_jax_library_state_holds_the_trained_optimizer(trained_jax):
     """skrl's update replaces agent.policy_optimizer (an immutable pytree) but not the entry in
     checkpoint_modules: a checkpoint must hold the Adam moments training left, not the initial ones."""
@@ -349,7 +364,7 @@ def test_jax_library_state_holds_the_trained_optimizer(trained_jax):
         assert leaves and any(float(leaf.abs().sum()) > 0 for leaf in leaves), f"{name} is still the initial state"
 
 
-@pytest.mark.skipif(importlib.util.find_spec("jax") is None and os.environ.get("CI") != "true", reason="needs jax")
+@needs_jax
 def test_jax_policy_noise_stream_continues_across_a_resume(trained_jax, tmp_path):
     """The Gaussian policy's own key and call counter travel with the rank's RNG state, so a resumed
     run draws the next action noise, not the first again."""

@@ -209,7 +209,8 @@ def test_jax_multinode_ranks_match_what_skrls_launcher_would_set(monkeypatch):
 def test_run_dir_uses_clock_and_run_name():
     plan = plan_for(lib="rl_games", run_name="exp_1", log_dir="/data/runs")
     assert plan.run_dir == f"/data/runs/rl_games/Islab-Cartpole-v0/{STAMP}_exp_1"
-    assert plan_for().run_dir == plan_for().run_dir  # deterministic for a fixed clock
+    a_second_later = build_plan(resolved().spec, now=datetime(2026, 3, 4, 5, 6, 8), free_port=FREE_PORT).run_dir
+    assert a_second_later == "logs/rsl_rl/Islab-Cartpole-v0/2026-03-04_05-06-08" != plan_for().run_dir
 
 
 def test_every_node_of_a_job_names_the_same_run_dir_whatever_its_clock():

@@ -12,7 +12,6 @@ rollout driven by the exported TorchScript file reproduces play's numbers. The r
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -23,6 +22,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from prerequisites import require_modules
 
 from islab import rundir
 from islab.policy.play import quotas, run_episodes, spread
@@ -56,8 +56,8 @@ def islab_train(*args: str, timeout: float = 600) -> subprocess.CompletedProcess
 @pytest.fixture(scope="module", params=list(LIBRARY_PATHS))
 def trained_run(request, tmp_path_factory) -> Path:
     lib, framework, overrides = LIBRARY_PATHS[request.param]
-    if framework == "jax" and importlib.util.find_spec("jax") is None:
-        pytest.skip("jax is not installed")
+    if framework == "jax":
+        require_modules("jax")
     log_dir = tmp_path_factory.mktemp(f"play-{request.param}")
     done = islab_train(
         "--lib", lib, "--ml-framework", framework, "--device", "cpu", "--nproc", "1", "--num-envs", "64",
@@ -213,11 +213,11 @@ def test_every_env_counts_only_its_quota_of_episodes() -> None:
 
 
 def test_play_help_and_bad_input_import_no_torch(tmp_path: Path) -> None:
-    for args in (("play", "--help"), ("export", str(tmp_path / "missing"))):
+    for args, code in ((("play", "--help"), 0), (("export", str(tmp_path / "missing")), 2)):
         done = subprocess.run(
             [sys.executable, "-X", "importtime", "-m", "islab.cli", *args], capture_output=True, text=True, check=False
         )
-        assert done.returncode in (0, 2), done.stderr[-2000:]
+        assert done.returncode == code, done.stderr[-2000:]
         imported = {line.split("|")[-1].strip().split(".")[0] for line in done.stderr.splitlines()
                     if line.startswith("import time:")}  # fmt: skip
         assert imported.isdisjoint({"torch", "numpy", "gymnasium", "jax"}), args

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from prerequisites import require_modules
 from test_e2e_training import PATHS, launch
 
 from islab.envs import make_env
@@ -251,7 +252,7 @@ def quad_run_dir(tmp_path: Path, lib: str) -> Path:
 @pytest.mark.parametrize(("lib", "ml_framework"), PATHS)
 def test_two_cpu_ranks_train_the_quadcopter_with_one_policy(tmp_path: Path, lib: str, ml_framework: str) -> None:
     if ml_framework == "jax":
-        pytest.importorskip("jax", reason="skrl-JAX needs the [jax] extra")
+        require_modules("jax")
     result = launch(tmp_path, lib, ml_framework, "--task", TASK, iterations=("--max-iterations", "2"))
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     run_dir = quad_run_dir(tmp_path, lib)

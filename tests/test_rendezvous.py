@@ -18,13 +18,18 @@ from pathlib import Path
 
 import pytest
 from netns import run_dir_of
+from ports import port_for_a_child
 
 from islab import cli
-from islab.launcher import failures, probes, skrl_jax, torchrun
+from islab.launcher import failures, skrl_jax, torchrun
 from islab.launcher.plan import LaunchPlan
 
 TIMEOUT_S = 5
-SLACK_S = 10.0  # start-up of torchrun / the JAX ranks and shutdown, on a busy 2-core machine
+# Start-up of torchrun / the JAX ranks and shutdown on top of the timeout: measured 3.8 s (static
+# and c10d, from launch: 8.8 s in all) and 0.2 s (skrl-JAX, from the rank starting to wait) on the
+# 2-core machine. The bound is generous, for a loaded CI machine: what the tests catch is a
+# timeout that is not honoured, i.e. torchrun's or JAX's own defaults (300 s and more).
+SLACK_S = 60.0
 
 
 def clean_env() -> dict[str, str]:
@@ -143,22 +148,22 @@ def test_busy_port_on_node0_of_a_two_node_job_is_refused_before_launch(islab, tm
 
 @pytest.mark.slow
 def test_static_rendezvous_missing_node_fails_after_the_timeout(tmp_path):
-    port = probes.find_free_port("127.0.0.1")
+    port = port_for_a_child()
     code, err, took = run_node0(tmp_path, "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port", str(port))
     print(f"static: exit {code} after {took:.1f} s (timeout {TIMEOUT_S} s)")
     assert code != 0
-    assert TIMEOUT_S <= took < TIMEOUT_S + SLACK_S
+    assert TIMEOUT_S <= took < TIMEOUT_S + SLACK_S, f"ended after {took:.1f} s (timeout {TIMEOUT_S} s)"
     assert err.rstrip().splitlines()[-1] == expected_message(f"127.0.0.1:{port}"), err[-2000:]
 
 
 @pytest.mark.slow
 def test_c10d_rendezvous_missing_node_fails_after_the_timeout(tmp_path):
-    port = probes.find_free_port("127.0.0.1")
+    port = port_for_a_child()
     endpoint = f"127.0.0.1:{port}"
     code, err, took = run_node0(tmp_path, "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "t")
     print(f"c10d: exit {code} after {took:.1f} s (timeout {TIMEOUT_S} s)")
     assert code != 0
-    assert TIMEOUT_S <= took < TIMEOUT_S + SLACK_S
+    assert TIMEOUT_S <= took < TIMEOUT_S + SLACK_S, f"ended after {took:.1f} s (timeout {TIMEOUT_S} s)"
     assert err.rstrip().splitlines()[-1] == expected_message(endpoint), err[-2000:]
 
 
@@ -166,7 +171,7 @@ def test_c10d_rendezvous_missing_node_fails_after_the_timeout(tmp_path):
 def test_jax_missing_node_fails_after_the_timeout(tmp_path):
     """skrl calls jax.distributed.initialize at import without a timeout argument (JAX waits
     300 s); the supervisor counts from the rank's "Distributed (rank: ..." line."""
-    port = probes.find_free_port("127.0.0.1")
+    port = port_for_a_child()
     address = f"127.0.0.1:{port}"
     argv = [
         sys.executable, "-m", "islab.cli", "--lib", "skrl", "--ml-framework", "jax", "--device", "cpu",
@@ -191,7 +196,7 @@ def test_jax_missing_node_fails_after_the_timeout(tmp_path):
         err = stderr_path.read_text()
         assert process.returncode != 0
         assert joining_at is not None, err[-2000:]
-        assert TIMEOUT_S <= took < TIMEOUT_S + SLACK_S
+        assert TIMEOUT_S <= took < TIMEOUT_S + SLACK_S, f"ended after {took:.1f} s (timeout {TIMEOUT_S} s)"
         assert err.rstrip().splitlines()[-1] == expected_message(address), err[-2000:]
     finally:
         if process.poll() is None:

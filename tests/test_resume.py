@@ -10,9 +10,9 @@ with a clear message, and two torchrun ranks resume a checkpoint that only rank 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,8 +22,9 @@ import numpy as np
 import pytest
 import torch
 from adapters import TASK, build_adapter
+from ports import port_for_a_child
+from prerequisites import AS_ROOT_IN_CI, require
 
-from islab.launcher.probes import find_free_port
 from islab.libs.base import LibraryAdapter, state_digest
 from islab.worker.checkpoint import Checkpointer, identity, load_checkpoint_for_rank, restore
 from islab.worker.collectives import SingleProcess
@@ -36,7 +37,7 @@ PATHS = [
     pytest.param("skrl", "torch", id="skrl-torch"),
     pytest.param(
         "skrl", "jax", id="skrl-jax",
-        marks=pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed"),
+        marks=pytest.mark.needs("jax"),
     ),
 ]  # fmt: skip
 
@@ -143,16 +144,46 @@ def worker_env() -> dict[str, str]:
     return env
 
 
-def worker(*args: str, torchrun: int = 0) -> subprocess.CompletedProcess:
+def worker(*args: str, torchrun: int = 0, wrapper: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """The worker on its own, or ``torchrun`` ranks of it (``--standalone``: torchrun binds a free
+    port itself, no port probed here and bound later). ``wrapper``: a command each rank runs the
+    worker through (torchrun ``--no-python``)."""
     launcher = [sys.executable, "-m", "islab.worker"]
     if torchrun:
-        port = find_free_port("127.0.0.1")
-        launcher = [
-            sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(torchrun), "--nnodes", "1",
-            "--master_addr", "127.0.0.1", "--master_port", str(port), "-m", "islab.worker", "--distributed",
-        ]  # fmt: skip
+        head = ["--no-python", *wrapper, sys.executable, "-m", "islab.worker"] if wrapper else ["-m", "islab.worker"]
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(torchrun),
+                    *head, "--distributed"]  # fmt: skip
     common = ["--task", TASK, "--num-envs", "64", "--device", "cpu"]
     return subprocess.run([*launcher, *common, *args], capture_output=True, text=True, timeout=300, env=worker_env())
+
+
+# Ranks other than 0 run in a mount namespace of their own, where the directory $1 is an empty
+# tmpfs: on "their node" the checkpoint does not exist, as on a cluster without a shared file
+# system, while rank 0 and the rest of the file system (the new run directory) are shared.
+HIDE_FROM_OTHER_RANKS = """
+hidden=$1; shift
+if [ "$RANK" != 0 ]; then
+    exec {unshare} --mount --propagation private -- sh -c \\
+        'mount -t tmpfs -o size=1m islab-hidden "$0" && [ -z "$(ls -A "$0")" ] && exec "$@"' "$hidden" "$@"
+fi
+exec "$@"
+"""
+
+
+def hiding_unshare(probe_dir: Path) -> list[str] | None:
+    """The ``unshare`` that lets a process mount a tmpfs over a directory of ours in a mount
+    namespace of its own: plain as root, with a user namespace (mapped to root) otherwise."""
+    if shutil.which("unshare") is None:
+        return None
+    probe_dir.mkdir()
+    (probe_dir / "visible").touch()
+    for unshare in (["unshare"], ["unshare", "--map-root-user"]):
+        script = 'mount -t tmpfs none "$0" && [ ! -e "$0/visible" ]'
+        done = subprocess.run([*unshare, "--mount", "--propagation", "private", "--", "sh", "-c", script,
+                               str(probe_dir)], capture_output=True, timeout=30)  # fmt: skip
+        if done.returncode == 0:
+            return unshare
+    return None
 
 
 def test_worker_refuses_a_checkpoint_of_another_library(tmp_path: Path) -> None:
@@ -178,8 +209,12 @@ def test_worker_resume_of_a_missing_checkpoint_exits_2(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_two_torchrun_ranks_resume_what_rank0_reads(tmp_path: Path) -> None:
-    """rsl_rl: 3 iterations in one process, then 2 ranks resume for 2 more. Rank 1 gets the
-    checkpoint by broadcast (load_checkpoint_for_rank, unit-tested not to touch the path)."""
+    """rsl_rl: 3 iterations in one process, then 2 ranks resume for 2 more. Rank 1 cannot see the
+    checkpoint at all (its own mount namespace hides the first run's directory): it can only have
+    it from rank 0's broadcast."""
+    unshare = hiding_unshare(tmp_path / "probe")
+    require(None if unshare else "cannot mount in a mount namespace here (unshare, root or user namespaces)",
+            in_ci=AS_ROOT_IN_CI)  # fmt: skip
     first = worker("--lib", "rsl_rl", "--max-iterations", "3", "--run-dir", str(tmp_path / "first"),
                    "--checkpoint-interval", "2")  # fmt: skip
     assert first.returncode == 0, first.stderr[-3000:]
@@ -187,8 +222,9 @@ def test_two_torchrun_ranks_resume_what_rank0_reads(tmp_path: Path) -> None:
     assert saved["iteration"] == 3  # the last iteration is always checkpointed
 
     run_dir = tmp_path / "second"
+    hide = ("sh", "-c", HIDE_FROM_OTHER_RANKS.format(unshare=" ".join(unshare)), "hide", str(tmp_path / "first"))
     done = worker("--lib", "rsl_rl", "--max-iterations", "2", "--run-dir", str(run_dir),
-                  "--resume", str(tmp_path / "first"), torchrun=2)  # fmt: skip
+                  "--resume", str(tmp_path / "first"), torchrun=2, wrapper=hide)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (summary["start_iteration"], summary["iteration"], summary["iterations"]) == (3, 5, 2)
@@ -210,7 +246,7 @@ def test_two_torchrun_ranks_resume_what_rank0_reads(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
+@pytest.mark.needs("jax")
 def test_two_skrl_jax_ranks_resume_what_rank0_reads(tmp_path: Path) -> None:
     """skrl-JAX ranks have no torch process group: the checkpoint bytes and the RNG states travel
     through jax.experimental.multihost_utils instead."""
@@ -219,7 +255,7 @@ def test_two_skrl_jax_ranks_resume_what_rank0_reads(tmp_path: Path) -> None:
     first = worker("--lib", "skrl", "--ml-framework", "jax", "--max-iterations", "1",
                    "--run-dir", str(tmp_path / "first"))  # fmt: skip
     assert first.returncode == 0, first.stderr[-3000:]
-    port = find_free_port("127.0.0.1")
+    port = port_for_a_child()
     run_dir = tmp_path / "second"
     command = [
         sys.executable, "-m", "skrl.utils.distributed.jax", "--nnodes", "1", "--nproc_per_node", "2",

@@ -38,8 +38,12 @@ from islab import rundir
 from islab.launcher import failures, processes, torchrun
 from islab.stopping import PREEMPT_GRACE_S, PREEMPTED_EXIT_CODE
 
-FAIL_FAST_S = 15.0  # a failed rank -> islab-train has exited
-STOP_S = 10.0  # SIGINT/SIGTERM -> no process of the job is left
+# What docs/CLI.md promises, and what was measured on the 2-core machine (its table):
+FAIL_FAST_S = 15.0  # a failed rank -> islab-train has exited (measured 1.3 s torchrun / 5.4 s skrl-JAX)
+STOP_S = 10.0  # SIGINT/SIGTERM -> no process of the job is left (measured 0.8-5.2 s)
+# The tests allow twice that: on a loaded CI machine a correct stop may take longer than promised,
+# and what they exist to catch -- a job that hangs, or processes that outlive it -- never ends.
+BOUND = 2.0
 START_TIMEOUT_S = 180.0  # start-up on a busy 2-core machine (torch, JAX imports, JIT)
 
 # (id, islab-train options) of the two launch paths
@@ -128,7 +132,8 @@ def start_job(tmp_path: Path) -> Iterator[object]:
 
 def wait_for_training(job: Job, path: str) -> None:
     """Until both ranks run and training is under way (a few iterations for rsl_rl; for skrl-JAX,
-    which reports no iterations yet, a few seconds after skrl broadcast the initial parameters)."""
+    both ranks past skrl's broadcast of the initial parameters, its first collective of training:
+    the first iteration, JIT compilation included, would take seconds more)."""
 
     def under_way() -> bool:
         job.collect()
@@ -137,13 +142,12 @@ def wait_for_training(job: Job, path: str) -> None:
         if len(job.ranks()) < 2:
             return False
         if path == "skrl-jax":
-            log = job.run_dir / "logs" / "rank_0.log" if job.run_dir else None
-            return bool(log and log.exists() and "Broadcasting models' parameters" in log.read_text(errors="replace"))
+            logs = [job.run_dir / "logs" / f"rank_{rank}.log" for rank in (0, 1)] if job.run_dir else []
+            broadcast = "Broadcasting models' parameters"
+            return bool(logs) and all(log.exists() and broadcast in log.read_text(errors="replace") for log in logs)
         return training_under_way(job.run_dir, iterations=2)
 
     wait_until(under_way, START_TIMEOUT_S, "training to be under way", interval_s=0.2)
-    if path == "skrl-jax":
-        time.sleep(5.0)
     job.collect()
 
 
@@ -245,13 +249,12 @@ def test_signal_reaches_a_rank_in_its_own_session(tmp_path, signum, expected):
     seen: dict = {}
     try:
         wait_until(lambda: pid_file.exists() and pid_file.read_text(), 30, "the rank")
-        time.sleep(0.6)  # at least one tracking round of the poll loop
-        collect_tree(driver.pid, seen)
+        collect_tree(driver.pid, seen)  # (the supervisor reads the tree itself when the signal comes)
         assert int(pid_file.read_text()) in seen
         driver.send_signal(signum)
         signalled_at = time.monotonic()
-        assert driver.wait(timeout=STOP_S) == expected
-        wait_until(lambda: not alive(seen), STOP_S - (time.monotonic() - signalled_at), "every process to end")
+        assert driver.wait(timeout=STOP_S * BOUND) == expected
+        wait_until(lambda: not alive(seen), STOP_S * BOUND - (time.monotonic() - signalled_at), "every process to end")
     finally:
         kill_all(seen)
         if driver.poll() is None:
@@ -277,10 +280,10 @@ def test_rank_raising_at_startup_fails_fast_and_is_named(start_job, path):
 
     wait_until(fault_logged, START_TIMEOUT_S, "rank 1's injected fault", interval_s=0.05)
     failed_at = time.monotonic()
-    code = job.wait_exit(FAIL_FAST_S + 5)
+    code = job.wait_exit(FAIL_FAST_S * BOUND + 5)
     took = time.monotonic() - failed_at
     assert code != 0
-    assert took < FAIL_FAST_S, f"exit took {took:.1f} s after rank 1 failed"
+    assert took < FAIL_FAST_S * BOUND, f"exit took {took:.1f} s after rank 1 failed (promised: {FAIL_FAST_S} s)"
     end = last_lines(job.stderr())
     error = end.splitlines()[-1]
     assert error.startswith("error: "), end
@@ -297,11 +300,11 @@ def test_rank_sigkilled_mid_training_fails_fast_and_is_named(start_job, path):
     victim = job.ranks()[1]
     victim.kill()
     killed_at = time.monotonic()
-    code = job.wait_exit(FAIL_FAST_S + 15)
+    code = job.wait_exit(FAIL_FAST_S * BOUND + 15)
     took = time.monotonic() - killed_at
     print(f"{path}: SIGKILL of rank 1 -> islab-train exit {code} after {took:.2f} s")
     assert code != 0
-    assert took < FAIL_FAST_S, f"exit took {took:.1f} s after rank 1 was killed"
+    assert took < FAIL_FAST_S * BOUND, f"exit took {took:.1f} s after rank 1 was killed (promised: {FAIL_FAST_S} s)"
     error = last_lines(job.stderr()).splitlines()[-1]
     assert error.startswith("error: "), job.stderr()[-2000:]
     assert "rank 1" in error and "node 0" in error and "rank_1.log" in error, error
@@ -355,12 +358,13 @@ def test_signal_stops_every_process_of_the_job(start_job, path, signum, expected
     seen_before = len(job.stderr())
     job.process.send_signal(signum)
     signalled_at = time.monotonic()
-    code = job.wait_exit(STOP_S + 5)
-    wait_until(lambda: not alive(job.seen), max(0.1, STOP_S - (time.monotonic() - signalled_at)), "the job to end")
+    code = job.wait_exit(STOP_S * BOUND + 5)
+    left = max(0.1, STOP_S * BOUND - (time.monotonic() - signalled_at))
+    wait_until(lambda: not alive(job.seen), left, "the job to end")
     took = time.monotonic() - signalled_at
     print(f"{path}: signal {signum} -> exit {code}, every process gone after {took:.2f} s")
     assert code == expected
-    assert took <= STOP_S
+    assert took <= STOP_S * BOUND, f"every process gone only after {took:.1f} s (promised: {STOP_S} s)"
     # one quiet line instead of the ranks' and torchrun's tracebacks, then how to go on
     after = job.stderr()[seen_before:]
     assert "Traceback" not in after, after

@@ -9,7 +9,8 @@ Every run writes into one directory, chosen by the launcher (``<log_dir>/<run_na
     progress.jsonl           one JSON object per training iteration (rank 0 appends)
     checkpoints/latest.pt    the newest islab checkpoint (``--resume RUN_DIR`` reads it)
     checkpoints/iter_<N>.pt  older islab checkpoints
-    digests/rank_<R>.json    the sha256 of rank R's policy at the end (all ranks must agree)
+    digests/rank_<R>.json    the sha256 of rank R's policy at the end and the world size (all
+                             ranks must agree: the launcher compares them, read_digests)
     heartbeats/rank_<R>.json rank R's liveness: its pid and the last iteration it finished (rewritten
                              every iteration; the launcher's hang watch reads them)
     summary.json             rank 0's end-of-run numbers (the launcher's summary table)
@@ -164,8 +165,48 @@ def write_run_spec(run_dir: str | Path, spec: Mapping[str, Any], agent_cfg: Mapp
     write_yaml(Path(run_dir, AGENT_FILE), agent_cfg)
 
 
-def write_digest(run_dir: str | Path, rank: int, policy_sha256: str) -> Path:
-    return write_json(digest_path(run_dir, rank), {"rank": rank, "policy_sha256": policy_sha256})
+def write_digest(run_dir: str | Path, rank: int, policy_sha256: str, world_size: int) -> Path:
+    record = {"rank": rank, "policy_sha256": policy_sha256, "world_size": world_size}
+    return write_json(digest_path(run_dir, rank), record)
+
+
+def read_digests(run_dir: str | Path) -> dict[int, str]:
+    """``{rank: policy sha256}`` of the last run that wrote ``digests/``, as far as this node sees
+    (all ranks on a shared file system, else this node's own).
+
+    A run resumed in place with fewer ranks leaves the files of the ranks it no longer has; every
+    rank of a run rewrites its own, so those left over are the ones recording a larger world size
+    than the smallest present, and are not counted. Unreadable or foreign files are not either."""
+    records = []
+    for path in Path(run_dir, DIGESTS_DIR).glob("rank_*.json"):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        fields = (("rank", int), ("policy_sha256", str), ("world_size", int))
+        if isinstance(record, dict) and all(isinstance(record.get(key), kind) for key, kind in fields):
+            records.append(record)
+    if not records:
+        return {}
+    world_size = min(record["world_size"] for record in records)
+    return {r["rank"]: r["policy_sha256"] for r in records if r["world_size"] == world_size and r["rank"] < world_size}
+
+
+def digest_divergence(digests: Mapping[int, str]) -> str | None:
+    """None when every rank ended with the same policy; else which ranks hold which policy
+    (sha256, 12 hex digits), grouped, the group of rank 0 first:
+    ``"ranks 0, 2 have 1a2b3c4d5e6f, rank 1 has 9f8e7d6c5b4a"``."""
+    groups: dict[str, list[int]] = {}
+    for rank in sorted(digests):
+        groups.setdefault(digests[rank], []).append(rank)
+    if len(groups) < 2:
+        return None
+    ordered = sorted(groups.items(), key=lambda item: item[1][0])  # by each group's lowest rank
+
+    def who(ranks: list[int]) -> str:
+        return f"rank {ranks[0]} has" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))} have"
+
+    return ", ".join(f"{who(ranks)} {sha[:12]}" for sha, ranks in ordered)
 
 
 # summary.json's keys for the two checkpoints a run ends with: ``checkpoint`` is the islab checkpoint

@@ -11,6 +11,9 @@ the one poll loop of :mod:`islab.launcher.processes`:
   one that could not be checkpointed in time 128 + signal (143, 138).
 * **Failures are named.** One ``error:`` line with the node, the rank, its exception (torch's
   error files, see :mod:`islab.launcher.torchrun`) or the signal that killed it, and its log.
+* **Diverged ranks fail the run.** After a successful run the ranks' final policy digests
+  (``digests/rank_<R>.json`` in the run directory) must all be equal; otherwise exit 1 and one
+  ``error:`` line naming which ranks hold which policy.
 * **Rendezvous failures are named too.** Nodes that do not all arrive within
   ``rendezvous.timeout_s`` end the run with one message naming the timeout and the address.
 * **Hangs are named.** With our worker, ranks that finish no iteration for ``hang_timeout_s``
@@ -40,7 +43,7 @@ from islab.launcher.plan import LaunchPlan
 from islab.launcher.processes import watch
 from islab.launcher.skrl_jax import SkrlJaxNode
 from islab.launcher.torchrun import TorchrunNode
-from islab.rundir import latest_checkpoint, read_summary, summary_path
+from islab.rundir import DIGESTS_DIR, digest_divergence, latest_checkpoint, read_digests, read_summary, summary_path
 from islab.stopping import PREEMPT_GRACE_S, PREEMPT_SIGNALS, PREEMPTED_EXIT_CODE
 
 # SIGKILL what is left this long after a forwarded SIGINT/SIGTERM, so that nothing of the job
@@ -127,6 +130,8 @@ def run_plan(
         runner.close()
         if logs is not None:
             logs.close()
+    if status == 0:
+        status = _check_digests(plan.run_dir, explanation)
     if status == 0 and options.progress:
         finish(plan.run_dir, out, tty=options.live, resume=resume_command(plan.run_dir), records=view.records)
     elif options.progress:
@@ -147,6 +152,21 @@ def preemption_since(run_dir: str, started: float) -> dict[str, Any] | None:
     summary = read_summary(run_dir)
     preempted = summary.get("preempted") if summary else None
     return preempted if isinstance(preempted, dict) else None
+
+
+def _check_digests(run_dir: str, err: IO[str]) -> int:
+    """After a successful run: every rank must end with the same policy. The ranks' final policy
+    digests (``digests/rank_<R>.json``: all ranks on a shared file system, else this node's) are
+    compared; ranks that differ fail the run with one line naming them (exit 1)."""
+    groups = digest_divergence(read_digests(run_dir))
+    if groups is None:
+        return 0
+    where = os.path.join(os.path.abspath(run_dir), DIGESTS_DIR)
+    err.write(
+        f"error: the ranks ended with different policies: {groups} (sha256 in {where}); gradients or "
+        "normalizer statistics were not kept in sync across ranks\n"
+    )
+    return 1
 
 
 def _resume_hint(run_dir: str, err: IO[str]) -> None:

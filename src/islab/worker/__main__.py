@@ -296,7 +296,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
 
     digest = state_digest(adapter.policy_state())
-    rundir.write_digest(run_dir, ctx.rank, digest)
+    rundir.write_digest(run_dir, ctx.rank, digest, ctx.world_size)
     library_checkpoint = result.checkpoint
     summary = {
         **{key: value for key, value in result.to_dict().items() if key != "checkpoint"},
