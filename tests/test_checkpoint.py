@@ -228,6 +228,9 @@ class LoadingAdapter(TinyAdapter):
     def load_extra_rng_state(self, state: dict) -> None:
         pass
 
+    def load_rank_state(self, state: dict) -> bool:
+        return False
+
 
 def test_restore_checks_the_loaded_policy_against_the_saved_digest(tmp_path: Path) -> None:
     saved = LoadingAdapter()
