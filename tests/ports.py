@@ -11,8 +11,9 @@ those by itself), free right now. Where the child can pick its own port, tests l
 from __future__ import annotations
 
 import random
-import socket
 from pathlib import Path
+
+from islab.launcher.probes import port_is_free
 
 LOWEST = 20000  # below the well-known services people run on 1xxxx ports
 
@@ -24,15 +25,6 @@ def _ephemeral_low() -> int:
         return 32768  # Linux's default
 
 
-def _free(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
 def port_for_a_child(host: str = "127.0.0.1") -> int:
     """A random port below the ephemeral range that is free on ``host`` now."""
     high = _ephemeral_low()
@@ -40,6 +32,6 @@ def port_for_a_child(host: str = "127.0.0.1") -> int:
     rng = random.SystemRandom()
     for _ in range(200):
         port = rng.randrange(low, high)
-        if _free(host, port):
+        if port_is_free(port, host):
             return port
     raise RuntimeError(f"no free port in [{low}, {high}) on {host}")

@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -267,18 +268,19 @@ def test_signal_reaches_a_rank_in_its_own_session(tmp_path, signum, expected):
 
 
 @pytest.mark.slow
+def ended_or_logged(job: Any, rank: int, text: str) -> bool:
+    """The job has ended, or rank ``rank``'s log shows ``text``."""
+    job.collect()
+    log = job.run_dir / "logs" / f"rank_{rank}.log" if job.run_dir else None
+    return job.process.poll() is not None or bool(log and log.exists() and text in log.read_text(errors="replace"))
+
+
 @pytest.mark.parametrize("path", list(PATHS))
 def test_rank_raising_at_startup_fails_fast_and_is_named(start_job, path):
     job = start_job(path, max_iterations=50, extra_env={"ISLAB_TEST_CRASH_RANK": "1"})
 
-    def fault_logged() -> bool:
-        job.collect()
-        log = job.run_dir / "logs" / "rank_1.log" if job.run_dir else None
-        return job.process.poll() is not None or bool(
-            log and log.exists() and "test fault injection" in log.read_text(errors="replace")
-        )
-
-    wait_until(fault_logged, START_TIMEOUT_S, "rank 1's injected fault", interval_s=0.05)
+    wait_until(lambda: ended_or_logged(job, 1, "test fault injection"), START_TIMEOUT_S, "rank 1's injected fault",
+               interval_s=0.05)  # fmt: skip
     failed_at = time.monotonic()
     code = job.wait_exit(FAIL_FAST_S * BOUND + 5)
     took = time.monotonic() - failed_at
@@ -321,14 +323,8 @@ def test_hung_rank_is_named_with_its_stack_and_the_job_stopped(start_job):
     job = start_job("torchrun-rsl_rl", max_iterations=1000, extra_env=hang,
                     extra_args=("--hang-timeout", str(HANG_TIMEOUT_S)))  # fmt: skip
 
-    def hanging() -> bool:
-        job.collect()
-        log = job.run_dir / "logs" / "rank_1.log" if job.run_dir else None
-        return job.process.poll() is not None or bool(
-            log and log.exists() and "rank 1 hangs after iteration 2" in log.read_text(errors="replace")
-        )
-
-    wait_until(hanging, START_TIMEOUT_S, "rank 1 to hang", interval_s=0.05)
+    wait_until(lambda: ended_or_logged(job, 1, "rank 1 hangs after iteration 2"), START_TIMEOUT_S, "rank 1 to hang",
+               interval_s=0.05)  # fmt: skip
     hung_at = time.monotonic()
     code = job.wait_exit(HANG_TIMEOUT_S + FAIL_FAST_S + 10)
     took = time.monotonic() - hung_at
