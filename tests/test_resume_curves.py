@@ -45,7 +45,7 @@ def observations_seen(adapter: LibraryAdapter) -> torch.Tensor:
 def running_returns(adapter: LibraryAdapter) -> torch.Tensor:
     """Each env's return so far in its episode under way, where the library sums it."""
     if adapter.name == "rsl_rl":
-        return adapter.vec_env._running_return
+        return adapter.vec_env.returns.running
     if adapter.name == "rl_games":
         return adapter.agent.current_rewards.reshape(-1)
     return adapter.env.episode_return_buf  # skrl reads the env's own sums (extras["log"])

@@ -83,6 +83,7 @@ from islab.budget import rollout_length
 from islab.envs.base import DirectRLEnv
 from islab.libs.base import LibraryAdapter, TrainResult, atomic_torch_save
 from islab.libs.fused_sync import all_reduce_float64, all_reduce_gradients_and, as_broadcast_float, use_fused_sync
+from islab.libs.recent_returns import RecentReturns
 from islab.worker.context import RankContext, init_process_group
 
 
@@ -134,8 +135,9 @@ def use_global_normalizers(module: torch.nn.Module) -> int:
 class RslRlVecEnv(VecEnv):
     """Our ``DirectRLEnv`` seen through rsl_rl's ``VecEnv`` (as Isaac Lab's RslRlVecEnvWrapper does).
 
-    It also sums the returns of the episodes this rank finishes, on the device (no per-step read):
-    rsl_rl keeps such a buffer only on the logging rank, and every rank reports its own mean return.
+    It also keeps the returns of the last 100 episodes this rank finished, on the device (no
+    per-step read): rsl_rl keeps such a window only on the logging rank, and every rank reports its
+    own mean return, the one rsl_rl's logger shows (islab.libs.recent_returns).
     """
 
     def __init__(self, env: DirectRLEnv) -> None:
@@ -145,11 +147,7 @@ class RslRlVecEnv(VecEnv):
         self.num_actions = int(env.single_action_space.shape[0])
         self.max_episode_length = env.max_episode_length
         self.device = env.device
-        self._running_return = torch.zeros(env.num_envs, device=env.device)
-        # Returns of the episodes finished since the last mean_return(), summed on the device: a
-        # step never waits for the GPU; mean_return() reads them once per iteration.
-        self._finished = torch.zeros(2, dtype=torch.float64, device=env.device)  # [sum, count]
-        self._last_mean_return: float | None = None
+        self.returns = RecentReturns(env.num_envs, env.device)
         obs, _ = env.reset()  # rsl_rl never resets; the first get_observations() must be valid
         self._obs = TensorDict(obs, batch_size=[env.num_envs])
 
@@ -167,38 +165,20 @@ class RslRlVecEnv(VecEnv):
     def step(self, actions: torch.Tensor) -> tuple[TensorDict, torch.Tensor, torch.Tensor, dict]:
         obs, rewards, terminated, truncated, extras = self.env.step(actions)
         dones = terminated | truncated
-        self._running_return += rewards
-        finished_returns = torch.where(dones, self._running_return, 0.0).sum(dtype=torch.float64)
-        self._finished += torch.stack([finished_returns, dones.sum(dtype=torch.float64)])
-        self._running_return.masked_fill_(dones, 0.0)
+        self.returns.step(rewards, dones)
         extras["time_outs"] = truncated
         self._obs = TensorDict(obs, batch_size=[self.num_envs])
         return self._obs, rewards, dones.to(torch.long), extras
 
     def mean_return(self) -> float | None:
-        """Mean return of the episodes this rank finished since the last call (one device read; call
-        once per iteration); the previous value when none finished."""
-        total, count = self._finished.tolist()
-        if count:
-            self._last_mean_return = total / count
-            self._finished.zero_()
-        return self._last_mean_return
+        """Mean return of this rank's last 100 finished episodes (one device read: once per iteration)."""
+        return self.returns.mean()
 
     def episode_stats(self) -> dict[str, Any]:
-        return {
-            "finished": self._finished.detach().cpu().clone(),  # [sum, count] since the last report
-            "last_mean_return": self._last_mean_return,
-            "running_return": self._running_return.detach().cpu().clone(),
-        }
+        return self.returns.state_dict()
 
     def load_episode_stats(self, stats: dict[str, Any], *, env_restored: bool) -> None:
-        finished = stats.get("finished")
-        if finished is not None and finished.shape == self._finished.shape:
-            self._finished.copy_(finished)
-        self._last_mean_return = stats.get("last_mean_return")
-        running = stats.get("running_return")
-        if env_restored and running is not None and running.shape == self._running_return.shape:
-            self._running_return.copy_(running)
+        self.returns.load_state_dict(stats, running=env_restored)
         # what rsl_rl reads first in learn(): the restored envs' observations, not the reset's
         self._obs = TensorDict(self.env._get_observations(), batch_size=[self.num_envs]) if env_restored else self._obs
 
