@@ -19,6 +19,13 @@ if TYPE_CHECKING:
     from islab.launcher.plan import LaunchPlan
 
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
+_PEER_LOST = re.compile(r"Connection closed by peer|Connection reset by peer|remote worker crashing", re.IGNORECASE)
+
+
+def lost_peer(exception: str | None) -> bool:
+    """Is this exception only a consequence of another rank's end (gloo's "Connection reset /
+    closed by peer")? Such a rank is never the root cause, whatever its timestamp says."""
+    return bool(exception and _PEER_LOST.search(exception))
 
 
 def log_tail(run_dir: str, rank: int, lines: int = 15) -> list[str]:

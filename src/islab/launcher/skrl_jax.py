@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from islab.launcher.addresses import split_host_port
-from islab.launcher.failures import describe_end, last_exception_line, rendezvous_message
+from islab.launcher.failures import describe_end, last_exception_line, lost_peer, rendezvous_message
 from islab.launcher.processes import Child, Outcome
 from islab.launcher.torchrun import error_file_failures
 from islab.rundir import rank_log
@@ -149,10 +150,15 @@ class SkrlJaxNode:
             return outcome.statuses[failed] if failed is not None else 1
         if failed is None:
             return 0
+        raised = dict(error_file_failures(self.error_dir))
+
+        def exception_of(index: int) -> str | None:
+            return raised.get(self.node.ranks[index].local_rank) or last_exception_line(list(outcome.tails[index]))
+
+        failed = _root_cause(failed, outcome.statuses, exception_of)
         rank, status = self.node.ranks[failed], outcome.statuses[failed]
         lines = list(outcome.tails[failed])
-        raised = dict(error_file_failures(self.error_dir))
-        exception = raised.get(rank.local_rank) or last_exception_line(lines)
+        exception = exception_of(failed)
         if lines:
             err.write(f"  last output of rank {rank.global_rank}:\n" + "".join(f"    {line}\n" for line in lines[-20:]))
         # "RuntimeError: boom", or 137 -> -9 -> "killed by SIGKILL"
@@ -167,3 +173,19 @@ class SkrlJaxNode:
 
     def close(self) -> None:
         shutil.rmtree(self.error_dir, ignore_errors=True)
+
+
+def _root_cause(first: int, statuses: Sequence[int | None], exception_of: Callable[[int], str | None]) -> int:
+    """The rank to blame: the first one seen failing, unless all it reports is a lost peer (gloo's
+    "Connection reset by peer" when another rank died); then a rank that raised something else, or
+    one killed by a signal we did not send (we stop the others with SIGTERM)."""
+    if not lost_peer(exception_of(first)):
+        return first
+    for index, status in enumerate(statuses):
+        if index == first or not status:
+            continue
+        exception = exception_of(index)
+        killed_by = status - 128 if status > 128 else -status if status < 0 else None
+        if (exception and not lost_peer(exception)) or (killed_by not in (None, signal.SIGTERM) and not exception):
+            return index
+    return first

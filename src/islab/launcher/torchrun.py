@@ -42,6 +42,7 @@ from islab.launcher.failures import (
     failed_ranks_from_logs,
     last_exception_line,
     log_tail,
+    lost_peer,
     rendezvous_message,
 )
 from islab.launcher.processes import Child, Outcome
@@ -158,9 +159,6 @@ def nproc_of(argv: Sequence[str]) -> int:
 # ----------------------------------------------------------------------------------------------
 
 
-_PEER_LOST = re.compile(r"Connection closed by peer|Connection reset by peer|remote worker crashing", re.IGNORECASE)
-
-
 def error_file_failures(log_dir: str | Path) -> list[tuple[int, str]]:
     """(local rank, exception line) for every rank that left an ``error.json`` in torchrun's latest
     attempt under ``log_dir``, the earliest failure first (the files' timestamps, then the rank)."""
@@ -187,7 +185,7 @@ def error_file_failures(log_dir: str | Path) -> list[tuple[int, str]]:
             found.append((int(stamp), local_rank, text.strip().splitlines()[0] if text.strip() else ""))
     # A rank that only lost its peer (gloo's "Connection closed by peer") is a consequence, never the
     # root cause; error-file timestamps are whole seconds, so the ranks often tie on them.
-    found.sort(key=lambda item: (bool(_PEER_LOST.search(item[2])), item[0], item[1]))
+    found.sort(key=lambda item: (lost_peer(item[2]), item[0], item[1]))
     return [(local_rank, text) for _, local_rank, text in found]
 
 
@@ -268,8 +266,8 @@ def find_failures(
     )
     named = {rank for rank, _, _ in raised}
     silent = [entry for entry in summary if entry.rank not in named]
-    own = [failure for failure in raised if not _PEER_LOST.search(failure[2] or "")]
-    lost_peer = [failure for failure in raised if _PEER_LOST.search(failure[2] or "")]
+    own = [failure for failure in raised if not lost_peer(failure[2])]
+    collateral = [failure for failure in raised if lost_peer(failure[2])]
     root = [entry for entry in silent if entry.root]
     killed = [entry for entry in silent if not entry.root and entry.code != -signal.SIGTERM]
     stopped = [entry for entry in silent if not entry.root and entry.code == -signal.SIGTERM]
@@ -277,7 +275,7 @@ def find_failures(
         *((entry.rank, entry.code, None) for entry in root),
         *own,
         *((entry.rank, entry.code, None) for entry in killed),
-        *lost_peer,
+        *collateral,
     ] or [(entry.rank, entry.code, None) for entry in stopped]
     if ordered:
         return ordered
