@@ -376,21 +376,32 @@ def _submit(env: dict[str, str], cwd: Path, *args: str) -> str:
     return submitted.stdout.strip().split(";")[0]
 
 
-def _job_state(env: dict[str, str], job_id: str) -> str:
-    queue = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, env=env,
+def _job(env: dict[str, str], job_id: str) -> dict[str, str]:
+    """``scontrol show job`` as KEY: VALUE ({} when slurmctld did not answer this time: ask again).
+    squeue cannot tell a finished job from an unanswered query, and lists no finished job at all."""
+    shown = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True, env=env,
                            timeout=30)  # fmt: skip
-    return queue.stdout.strip()
+    if shown.returncode != 0:
+        return {}
+    return dict(field.split("=", 1) for field in shown.stdout.split() if "=" in field)
 
 
-def _wait_gone(env: dict[str, str], job_id: str, wait_s: float) -> None:
-    """Until the job has left the queue."""
+def _job_state(env: dict[str, str], job_id: str) -> str:
+    return _job(env, job_id).get("JobState", "")
+
+
+_FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+
+
+def _wait_gone(env: dict[str, str], job_id: str, wait_s: float, restarts: int = 0) -> None:
+    """Until the job has ended for good (a final state, after ``restarts`` requeues)."""
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        queue = subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True, text=True, env=env, timeout=30)
-        if job_id not in queue.stdout:
+        job = _job(env, job_id)
+        if job.get("JobState") in _FINAL_STATES and int(job.get("Restarts", "0")) >= restarts:
             return
         time.sleep(1)
-    pytest.fail(f"job {job_id} still queued/running after {wait_s:.0f} s")
+    pytest.fail(f"job {job_id} has not ended after {wait_s:.0f} s: {_job(env, job_id)}")
 
 
 def test_sbatch_requeue_adds_the_requeue_and_signal_lines(islab):
@@ -460,7 +471,7 @@ def test_requeued_job_resumes_by_itself_and_loses_at_most_one_iteration(slurm_cl
         assert time.monotonic() < deadline, f"job {job_id} was not requeued: {_job_state(env, job_id)}"
         time.sleep(0.2)
     subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env, check=True, timeout=30)
-    _wait_gone(env, job_id, wait_s=120)
+    _wait_gone(env, job_id, wait_s=120, restarts=1)
     summary = json.loads((run_dir / "summary.json").read_text())
     text = output.read_text()
     assert summary["iteration"] == target, text[-3000:]
