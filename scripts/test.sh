@@ -1,9 +1,6 @@
 #!/usr/bin/env bash
 # Set up (first time only) and run the whole test suite, slow end-to-end tests included, as CI's two
-# jobs, one after the other. The main job runs on 2 pytest-xdist workers (ISLAB_TEST_WORKERS): its
-# tests wait on processes, sockets and timeouts much of the time, so serially they kept one of the
-# CI machine's 2 cores idle (16 CPU-minutes in 18 minutes). SLURM and netns tests run one at a time
-# on one worker (xdist_group). The mjlab job is CPU-bound and stays serial.
+# jobs, one after the other (the CI machine has 2 cores; the jobs would only slow each other down):
 #   main   .venv: rsl-rl-lib 5.5.x, no mjlab (tests/test_mjlab.py runs its mjlab-free tests, skips the rest);
 #   mjlab  .venv-mjlab: the [mjlab] extra (mjlab 1.6 pins rsl-rl-lib 5.4.2) running tests/test_mjlab.py
 #          and the rsl_rl adapter, resume and fused-sync tests, so rsl-rl-lib 5.4.2 is tested too. In
@@ -15,7 +12,7 @@ job=${ISLAB_TEST_JOB:-all}
 status=0
 if [ "$job" = all ] || [ "$job" = main ]; then
     bash scripts/setup.sh
-    ISLAB_TEST_JOB=main .venv/bin/python -m pytest -n "${ISLAB_TEST_WORKERS:-2}" --dist loadgroup "$@" || status=$?
+    ISLAB_TEST_JOB=main .venv/bin/python -m pytest "$@" || status=$?
 fi
 if [ "$job" = all ] || [ "$job" = mjlab ]; then
     ISLAB_EXTRAS=mjlab bash scripts/setup.sh

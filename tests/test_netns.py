@@ -41,8 +41,7 @@ from netns import (
 )
 from prerequisites import AS_ROOT_IN_CI, require
 
-# Namespaces, subnets and veth names are picked per test; one xdist worker runs them one at a time.
-pytestmark = [pytest.mark.slow, pytest.mark.netns, pytest.mark.xdist_group("netns")]
+pytestmark = [pytest.mark.slow, pytest.mark.netns]
 
 PORT = 29555  # any port: nothing else lives in a fresh namespace
 RUN_NAME = "netns_pair"

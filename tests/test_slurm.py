@@ -25,8 +25,7 @@ from islab.launcher.resolve import Source, resolve_spec
 
 REPO = Path(__file__).resolve().parents[1]
 
-# One private SLURM cluster at a time (its daemons, ports and munge socket): one xdist worker runs them all.
-pytestmark = [pytest.mark.usefixtures("clean_environment"), pytest.mark.xdist_group("slurm")]
+pytestmark = pytest.mark.usefixtures("clean_environment")
 
 
 def srun_environ(**extra: str) -> dict[str, str]:
