@@ -28,6 +28,7 @@ This file uses absolute imports only, because skrl's JAX launcher runs it as a s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import os
 import sys
@@ -342,18 +343,40 @@ def _report_preemption(
         })  # fmt: skip
 
 
-def leave_process_group_together() -> None:
-    """Wait for every rank before anyone closes its connections.
+def leave_process_group_together(code: int) -> None:
+    """Wait for every rank before anyone closes its connections; on gloo, then end the process.
 
     Ranks finish their last iteration at slightly different times. A rank that exits while a slower
     peer still has gloo traffic in flight can make that peer's transport throw inside a C++ thread,
-    which aborts it (SIGABRT) and fails a run whose training had completed. The barrier costs one
-    round trip.
+    which aborts it (SIGABRT) and fails a run whose training had completed; the barrier costs one
+    round trip. Even after it, gloo's own teardown (destroy_process_group, or the interpreter's at
+    exit) races with the peer's and sometimes aborts ("terminate called without an active
+    exception", pytorch/gloo#168). Everything of the run is on disk by now, so a gloo rank flushes
+    what is still buffered and leaves with ``code`` without tearing gloo down.
     """
     import torch.distributed as dist
 
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    dist.barrier()
+    if dist.get_backend() == "gloo":
+        _flush_for_exit()
+        os._exit(code)
+
+
+def _flush_for_exit() -> None:
+    """What a normal interpreter exit would still write: the libraries' TensorBoard event writers
+    (buffered, flushed every few seconds by a thread), logging handlers, and our output."""
+    import gc
+    import logging
+
+    for obj in gc.get_objects():
+        if type(obj).__name__ == "SummaryWriter" and callable(getattr(obj, "close", None)):
+            with contextlib.suppress(Exception):
+                obj.close()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -366,12 +389,12 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         record(run)(args)
-        leave_process_group_together()
+        leave_process_group_together(0)
     except (AgentConfigError, CheckpointError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except Preempted:  # every rank stopped after the same iteration, which rank 0 checkpointed
-        leave_process_group_together()
+        leave_process_group_together(PREEMPTED_EXIT_CODE)
         return PREEMPTED_EXIT_CODE
     except BaseException:
         if "JAX_RANK" not in os.environ:
