@@ -366,15 +366,16 @@ def leave_process_group_together(code: int) -> None:
 
 def _flush_for_exit() -> None:
     """What a normal interpreter exit would still write: the libraries' TensorBoard event writers
-    (buffered, flushed every few seconds by a thread), logging handlers, and our output."""
+    (buffered, flushed every few seconds by a thread), the atexit handlers (logging's, a profiler's
+    dump...), and our output. Only the interpreter's finalization, where gloo tears down, is skipped."""
+    import atexit
     import gc
-    import logging
 
     for obj in gc.get_objects():
         if type(obj).__name__ == "SummaryWriter" and callable(getattr(obj, "close", None)):
             with contextlib.suppress(Exception):
                 obj.close()
-    logging.shutdown()
+    atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
 
