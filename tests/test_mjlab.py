@@ -10,10 +10,10 @@ What must hold there:
   shows them without building an env);
 * our shipped rsl_rl configs still equal mjlab's registered runner configs;
 * the env bridge exposes the actor group as "policy", the critic group as "critic";
-* every library path trains 2 ranks x 4 envs x 2 iterations of Mjlab-Cartpole-Balance with one
-  policy digest on both ranks; rsl_rl does the same on Go1 flat (its config normalizes
-  observations: on rsl-rl-lib 5.4.2 our normalizer sync is what keeps the digests equal), and
-  that run resumed with ``--resume <run dir>`` continues at iteration 3.
+* every library path trains 2 ranks x 4 envs x 2 iterations of Mjlab-Cartpole-Balance and of Go1
+  flat with one policy digest on both ranks (Go1's configs normalize observations, for every
+  library: our normalizer sync is what keeps the digests equal), and each Go1 run resumed with
+  ``--resume <run dir>`` continues at iteration 3 from the policy it saved.
 Set WARP_CACHE_PATH to keep Warp's compiled kernels between runs (Go1: ~25 s the first time).
 """
 
@@ -135,8 +135,8 @@ def digests(run_dir: Path) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("lib", "framework", "task"),
-    [*[pytest.param(*path.values, CARTPOLE, id=f"cartpole-{path.id}", marks=path.marks) for path in PATHS],
-     pytest.param("rsl_rl", "torch", GO1, id="go1-rsl_rl")],
+    [pytest.param(*path.values, task, id=f"{name}-{path.id}", marks=path.marks)
+     for name, task in (("cartpole", CARTPOLE), ("go1", GO1)) for path in PATHS],
 )  # fmt: skip
 def test_two_cpu_ranks_train_an_mjlab_task(tmp_path: Path, lib: str, framework: str, task: str) -> None:
     done = launch(tmp_path, lib, framework, task)
