@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -151,3 +152,30 @@ def test_probe_timings_wait_for_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     timed()
     assert events == ["synchronize", "all_reduce", "synchronize"]
     assert [name for _, _, name in probe.RECORDS["collective"]] == ["all_reduce"]
+
+
+def test_probe_times_the_step_of_any_env_the_worker_builds(tmp_path: Path) -> None:
+    """The env share counts every task's step, also an env that is not our DirectRLEnv (the mjlab
+    bridge): the probe wraps the instance ``islab.envs.make_env`` returns. Run in a child process
+    (installing the probe patches torch.distributed and islab for good)."""
+    child = f"""
+import sys
+sys.path.insert(0, {str(ROOT / "scripts" / "bench_hooks")!r})
+import islab.envs
+
+class BridgeEnv:  # not a DirectRLEnv, like MjlabEnv
+    def step(self, action):
+        return action
+
+islab.envs.make_env = lambda *args, **kwargs: BridgeEnv()
+import _islab_bench_probe
+_islab_bench_probe.install({str(tmp_path)!r})
+from islab.envs import make_env  # as the worker does, after the probe is installed
+env = make_env("Mjlab-Velocity-Flat-Unitree-Go1", 4, "cpu", seed=0)
+assert env.step(3) == 3 and env.step(4) == 4
+"""
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "RANK": "0"})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    records = json.loads((tmp_path / "rank_0.json").read_text())
+    assert [name for _, _, name in records["env_step"]] == ["env.step", "env.step"]

@@ -2,7 +2,9 @@
 
 Wraps, before the worker imports any RL library:
 
-* ``DirectRLEnv.step``: every env step's start and duration (the env share of an iteration);
+* the env's ``step`` (on the instance ``islab.envs.make_env`` returns, so every task is timed: our
+  ``DirectRLEnv`` subclasses and bridges such as ``MjlabEnv``, which is not one): every env step's
+  start and duration (the env share of an iteration);
 * ``torch.distributed`` collectives (``all_reduce``, ``broadcast``, ``all_gather``, ...): start and
   duration of each call, as the library sees it, i.e. including the wait for the slowest rank;
 * skrl-JAX's collectives (JAX, not torch): ``Model.broadcast_parameters`` and islab's cached
@@ -102,10 +104,18 @@ def install(out_dir: str) -> None:
         if hasattr(dist, name):
             setattr(dist, name, _timed(getattr(dist, name), "collective", name))
 
-    from islab.envs.base import DirectRLEnv
+    import islab.envs
     from islab.libs.base import LibraryAdapter
 
-    DirectRLEnv.step = _timed(DirectRLEnv.step, "env_step", "env.step")  # type: ignore[method-assign]
+    make_env = islab.envs.make_env
+
+    @functools.wraps(make_env)
+    def make_timed_env(*args: Any, **kwargs: Any) -> Any:
+        env = make_env(*args, **kwargs)
+        env.step = _timed(env.step, "env_step", "env.step")
+        return env
+
+    islab.envs.make_env = make_timed_env  # the worker imports it at call time, after this
 
     report_iteration = LibraryAdapter.report_iteration
 
