@@ -491,6 +491,8 @@ _DISAGREEING = {
                             ["--rdzv-endpoint", "10.0.0.1:29401"]),
     "rendezvous.id": ({"rendezvous": {"backend": "c10d", "endpoint": "10.0.0.1:29400"}}, ["--rdzv-id", "other"]),
     "rendezvous.timeout_s": ({}, ["--rdzv-timeout", "60"]),
+    "rendezvous.last_call_s": ({"rendezvous": {"backend": "c10d", "endpoint": "10.0.0.1:29400"}},
+                               ["--rdzv-last-call", "5"]),
 }  # fmt: skip
 # Rows refused by an earlier rule that names another field (the combination is invalid anyway).
 _REFUSED_BY = {

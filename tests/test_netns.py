@@ -198,6 +198,9 @@ def test_elastic_job_that_loses_a_node_above_min_continues_from_the_latest_check
     spec_path = cluster_file(tmp_path, node0, "c10d", max_iterations=12)
     spec = yaml.safe_load(spec_path.read_text())
     spec |= {"nnodes": "1:2", "max_restarts": 1, "checkpoint_interval": 2}
+    # Once node 0 is alone (>= MIN), c10d waits last_call_s for more nodes before the group re-forms
+    # (torchrun's default: 30 s); both nodes start together, so 10 s also lets node 1 in at the start.
+    spec["rendezvous"]["last_call_s"] = 10
     spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
     processes = [start_node(tmp_path, node0, 0, spec_path), start_node(tmp_path, node1, 1, spec_path)]
 

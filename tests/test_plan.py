@@ -345,11 +345,32 @@ def test_elastic_c10d_passes_min_max_and_join_timeout_to_torchrun():
     config = torchrun_config(argv)
     assert (config.min_nodes, config.max_nodes) == (1, 2)
     assert int(config.rdzv_configs["join_timeout"]) == 17
+    assert "last_call_timeout" not in config.rdzv_configs  # not given: torchrun's own 30 s
     assert config.max_restarts == 3
     assert plan.rendezvous_address == "10.0.0.1:29400"
     assert "1-2 node(s)" in format_text(plan, resolved(
         device="cpu", nnodes="1:2", rendezvous__backend="c10d", rendezvous__endpoint="10.0.0.1:29400"
     ))  # fmt: skip
+
+
+def test_elastic_c10d_last_call_reaches_torchrun():
+    """``--rdzv-last-call``: what torchrun's c10d handler reads as its last-call timeout."""
+    from datetime import timedelta
+
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import _get_timeout
+
+    argv = plan_for(
+        device="cpu", nnodes="1:2", rendezvous__backend="c10d", rendezvous__endpoint="10.0.0.1:29400",
+        rendezvous__last_call_s=4,
+    ).nodes[0].argv  # fmt: skip
+    config = torchrun_config(argv)
+    params = RendezvousParameters(
+        config.rdzv_backend, config.rdzv_endpoint, config.run_id, config.min_nodes, config.max_nodes,
+        **config.rdzv_configs,
+    )  # fmt: skip
+    assert _get_timeout(params, "last_call") == timedelta(seconds=4)  # what create_handler passes on
+    assert _get_timeout(params, "join") == timedelta(seconds=300)
 
 
 def test_jax_plan_carries_the_rendezvous_timeout_for_the_supervisor():

@@ -170,6 +170,7 @@ def test_jax_only_with_skrl(lib):
         {"rendezvous__master_addr": "10.0.0.1"},
         {"rendezvous__master_port": 1234},
         {"max_restarts": 1},
+        {"rendezvous__last_call_s": 5},
     ],
 )
 def test_torchrun_options_are_rejected_for_jax(extra):
@@ -184,6 +185,8 @@ def test_coordinator_address_only_for_jax_and_required_multinode():
 
 def test_static_and_c10d_options_do_not_mix():
     assert "only applies to the c10d rendezvous" in errors_of(cli=cli(rendezvous__endpoint="h:29400"))
+    text = errors_of(cli=cli(rendezvous__last_call_s=5))
+    assert "rendezvous.last_call_s" in text and "only applies to the c10d rendezvous" in text
     text = errors_of(cli=cli(rendezvous__backend="c10d", rendezvous__master_port=29500))
     assert "only applies to the static rendezvous" in text
 

@@ -184,6 +184,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("--rdzv-timeout", "How long node 0 waits for every node to join before failing with a clear message "
            "(torchrun static and c10d, and skrl-JAX).", PANEL_CLUSTER, "rendezvous.timeout_s", int, "Default: {}.",
            metavar="SECONDS"),
+    Option("--rdzv-last-call", "c10d with --nnodes MIN:MAX: once MIN nodes have joined (at the start, or after "
+           "a node was lost), how long to wait for more before training starts.", PANEL_CLUSTER,
+           "rendezvous.last_call_s", int, "Default: torchrun's 30.", metavar="SECONDS"),
     Option("--coordinator-address", "skrl-JAX only: node 0's host:port.", PANEL_CLUSTER, "coordinator_address",
            str, f"Default: {LOCALHOST}:<free port> on one node."),
     Option("--max-restarts", "torchrun only: restarts of the whole node group after a failure.", PANEL_CLUSTER,

@@ -26,7 +26,7 @@ SHARED_FIELDS: tuple[str, ...] = (
     "nnodes", "device", "max_restarts", "coordinator_address", "run_name", "overrides", "resume",
     "checkpoint_interval", "logger", "entrypoint", "args", "isaaclab", "mjlab", "rendezvous.backend",
     "rendezvous.master_addr", "rendezvous.master_port", "rendezvous.endpoint", "rendezvous.id",
-    "rendezvous.timeout_s",
+    "rendezvous.timeout_s", "rendezvous.last_call_s",
 )  # fmt: skip
 
 
@@ -56,6 +56,7 @@ def check_jax(spec: RunSpec) -> None:
         "rendezvous.master_port": rdzv.master_port is not None,
         "rendezvous.endpoint": rdzv.endpoint is not None,
         "rendezvous.id": rdzv.id is not None,
+        "rendezvous.last_call_s": rdzv.last_call_s is not None,
         "max_restarts": spec.max_restarts > 0,
     }
     for name, given in torchrun_only.items():
@@ -80,6 +81,7 @@ def check_torchrun(spec: RunSpec) -> None:
         for name, value, fix in (
             ("rendezvous.endpoint", rdzv.endpoint, "use --master-addr/--master-port"),
             ("rendezvous.id", rdzv.id, "remove it"),
+            ("rendezvous.last_call_s", rdzv.last_call_s, "remove it"),
         ):
             if value is not None:
                 raise rule(

@@ -338,6 +338,7 @@ _FIELD_FIX = {
     "max_restarts": "Give a whole number ≥ 0, e.g. 0",
     "rendezvous.master_port": "Choose a port between 1 and 65535, e.g. 29500",
     "rendezvous.timeout_s": "Give the seconds node 0 waits for the other nodes, e.g. 300",
+    "rendezvous.last_call_s": "Give the seconds an elastic c10d rendezvous waits for more nodes, e.g. 30",
     "checkpoint_interval": "Give the iterations between checkpoints, e.g. 10 (0: only at the end)",
     "hang_timeout_s": "Give the seconds without a finished iteration before the job is stopped, e.g. 600 (0: never)",
 }

@@ -118,6 +118,9 @@ class Rendezvous(_Frozen):
     # Seconds node 0 waits for every node to arrive (torchrun: rdzv_conf timeout / join_timeout;
     # skrl-JAX: enforced by the supervisor). Applies to every launcher.
     timeout_s: Count = DEFAULT_RDZV_TIMEOUT_S
+    # c10d with nnodes MIN:MAX: once MIN nodes are in, how long the rendezvous waits for more before
+    # training starts (torchrun's rdzv_conf last_call_timeout; None: torchrun's own 30 s).
+    last_call_s: Count | None = None
 
     @field_validator("master_addr")
     @classmethod

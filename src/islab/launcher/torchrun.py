@@ -78,12 +78,16 @@ def node_argv(
     ]  # fmt: skip
     timeout = spec.rendezvous.timeout_s
     if spec.rendezvous.backend == "c10d":
-        # c10d: join_timeout bounds the wait for the rendezvous to complete (torchrun default 600 s).
+        # c10d: join_timeout bounds the wait for the rendezvous to complete (torchrun default 600 s);
+        # last_call_timeout, the wait for more nodes once the minimum has joined (default 30 s).
+        conf = f"join_timeout={timeout}"
+        if spec.rendezvous.last_call_s is not None:
+            conf += f",last_call_timeout={spec.rendezvous.last_call_s}"
         argv += [
             "--rdzv_backend", "c10d",
             "--rdzv_endpoint", derived["rendezvous.endpoint"],
             "--rdzv_id", derived["rendezvous.id"],
-            "--rdzv_conf", f"join_timeout={timeout}",
+            "--rdzv_conf", conf,
         ]  # fmt: skip
     else:
         # static: "timeout" is the TCPStore's timeout, i.e. how long node 0's store waits for the
