@@ -155,10 +155,15 @@ class Options:
 
     def scale(self, task: str) -> TaskScale:
         """``task``'s sizes (:data:`TASK_SCALES`) for this run: quick, cpu or cuda."""
-        from islab.tasks import TASKS
-
-        by_mode = TASK_SCALES.get(TASKS[task].extra, TASK_SCALES[""])
+        by_mode = TASK_SCALES.get(extra_of(task), TASK_SCALES[""])
         return by_mode["quick" if self.quick else self.device]
+
+
+def extra_of(task: str) -> str:
+    """The extra ``task`` needs ("" for our own batched-torch tasks; "mjlab" for mjlab's robots)."""
+    from islab.tasks import TASKS
+
+    return TASKS[task].extra
 
 
 def build_options(args: argparse.Namespace) -> Options:
