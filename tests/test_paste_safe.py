@@ -55,9 +55,10 @@ SAMPLES: dict[str, Any] = {
     "entrypoint": {"script": "train.py"}, "args": ["--flag", "v"], "isaaclab": str(TREE), "mjlab": False,
     "rendezvous.backend": "c10d", "rendezvous.master_addr": "10.0.0.1", "rendezvous.master_port": 29555,
     "rendezvous.endpoint": "127.0.0.1:29400", "rendezvous.id": "job-1", "rendezvous.timeout_s": 60,
+    "rendezvous.last_call_s": 5,
 }  # fmt: skip
 CONTEXT: dict[str, list[str]] = {
-    "coordinator_address": JAX, "rendezvous.endpoint": C10D, "rendezvous.id": C10D, "args": SCRIPT,
+    "coordinator_address": JAX, "rendezvous.endpoint": C10D, "rendezvous.id": C10D, "rendezvous.last_call_s": C10D, "args": SCRIPT,
     "isaaclab": ["--task", "Isaac-Cartpole-v0"], "task_module": ["--task", "My-Cartpole-v0"],
     "gpus": [],
 }  # fmt: skip
