@@ -58,7 +58,8 @@ SAMPLES: dict[str, Any] = {
     "rendezvous.last_call_s": 5,
 }  # fmt: skip
 CONTEXT: dict[str, list[str]] = {
-    "coordinator_address": JAX, "rendezvous.endpoint": C10D, "rendezvous.id": C10D, "rendezvous.last_call_s": C10D, "args": SCRIPT,
+    "coordinator_address": JAX, "rendezvous.endpoint": C10D, "rendezvous.id": C10D,
+    "rendezvous.last_call_s": C10D, "args": SCRIPT,
     "isaaclab": ["--task", "Isaac-Cartpole-v0"], "task_module": ["--task", "My-Cartpole-v0"],
     "gpus": [],
 }  # fmt: skip

@@ -386,10 +386,6 @@ def _job(env: dict[str, str], job_id: str) -> dict[str, str]:
     return dict(field.split("=", 1) for field in shown.stdout.split() if "=" in field)
 
 
-def _job_state(env: dict[str, str], job_id: str) -> str:
-    return _job(env, job_id).get("JobState", "")
-
-
 _FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
 
 
@@ -433,9 +429,25 @@ def test_a_slurm_job_names_its_run_directory_after_the_job_id(islab, monkeypatch
 # to the batch shell only; the script forwards it to srun and, once islab-train exited 75, requeues).
 STOPS = {
     "scontrol-requeue": lambda job_id: ["scontrol", "requeue", job_id],
-    # Not tested: the time-limit path (`scancel --batch --signal=USR1`, the script requeues itself after
-    # exit 75) finished all iterations in some runs and in others the requeued run never started.
+    "time-limit-usr1": lambda job_id: ["scancel", "--batch", "--signal=USR1", job_id],
 }
+
+
+def _start_requeued_job_now(env: dict[str, str], job_id: str, wait_s: float) -> None:
+    """SLURM holds a requeued job back for 120 s (PENDING, Reason=BeginTime): start it now. Asked
+    again until it runs: an update made while the requeue is still completing is overwritten by it
+    (a single update once the job read PENDING left the job waiting in some runs)."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        job = _job(env, job_id)
+        # right after the requeue the job reads COMPLETING or REQUEUED with Restarts=1: not started yet
+        if int(job.get("Restarts", "0")) >= 1 and job.get("JobState") in {"RUNNING", *_FINAL_STATES}:
+            return
+        if job.get("JobState") == "PENDING":
+            subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env, capture_output=True,
+                           timeout=30)  # fmt: skip
+        time.sleep(1)
+    pytest.fail(f"job {job_id} was not requeued and started again within {wait_s:.0f} s: {_job(env, job_id)}")
 
 
 @pytest.mark.slow
@@ -466,12 +478,7 @@ def test_requeued_job_resumes_by_itself_and_loses_at_most_one_iteration(slurm_cl
     before = reported()
     stopped = subprocess.run(STOPS[stop](job_id), capture_output=True, text=True, env=env, timeout=30)
     assert stopped.returncode == 0, stopped.stderr
-    # SLURM holds a requeued job back for 120 s (PENDING, Reason=BeginTime): start it now instead.
-    deadline = time.monotonic() + 60
-    while _job_state(env, job_id) != "PENDING":
-        assert time.monotonic() < deadline, f"job {job_id} was not requeued: {_job_state(env, job_id)}"
-        time.sleep(0.2)
-    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env, check=True, timeout=30)
+    _start_requeued_job_now(env, job_id, wait_s=120)
     _wait_gone(env, job_id, wait_s=120, restarts=1)
     summary = json.loads((run_dir / "summary.json").read_text())
     text = output.read_text()
