@@ -27,8 +27,17 @@ TREE = FIXTURES / "isaaclab_tree"
 
 
 def _torchrun(cwd: Path, argv: list[str], extra_env: dict[str, str] | None = None, *torchrun_args: str):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--master-port", str(port_for_a_child()), *torchrun_args, *argv]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(port_for_a_child()),
+        *torchrun_args,
+        *argv,
+    ]
     env = {**os.environ, **(extra_env or {})}
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env, timeout=240)
 

@@ -68,7 +68,7 @@ def test_jax_backend_must_be_gpu_for_a_cuda_skrl_jax_run():
     """Plain jax (the [jax] extra) has no GPU backend on Linux: skrl would train on the CPU."""
     jax_gpu = spec(lib="skrl", ml_framework="jax", device="cuda")
     on_cpu = doctor.check_jax_backend(jax_gpu, runtime(jax_backend="cpu"))
-    assert on_cpu.status == "fail" and "'cpu'" in on_cpu.detail and 'jax[cuda12]' in on_cpu.fix
+    assert on_cpu.status == "fail" and "'cpu'" in on_cpu.detail and "jax[cuda12]" in on_cpu.fix
     assert doctor.check_jax_backend(jax_gpu, runtime(jax_backend="gpu")).status == "pass"
     assert doctor.check_jax_backend(jax_gpu, runtime(jax_backend=None)).status == "fail"
     jax_cpu = spec(lib="skrl", ml_framework="jax", device="cpu", nproc_per_node=2)

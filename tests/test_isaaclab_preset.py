@@ -171,14 +171,23 @@ def test_tutorial_en_dash_is_not_the_flag():
 @pytest.mark.parametrize("lib", LIBS)
 def test_preset_fills_each_scripts_own_options(lib):
     entry = isaaclab_entry(
-        TREE, lib, task="Isaac-Cartpole-Direct-v0", num_envs=16, seed=7, max_iterations=3,
+        TREE,
+        lib,
+        task="Isaac-Cartpole-Direct-v0",
+        num_envs=16,
+        seed=7,
+        max_iterations=3,
         extra_args=["--distributed", "agent.params.config.minibatch_size=64"],
     )
     assert entry.launcher == TORCHRUN and entry.script == TREE / "scripts/reinforcement_learning" / lib / "train.py"
     assert entry.args.count("--distributed") == 1  # not doubled when the user passes it too
     fields = _script_fields(lib, str(entry.script), list(entry.args))
     assert (fields["task"], fields["num_envs"], fields["seed"], fields["max_iterations"]) == (
-        "Isaac-Cartpole-Direct-v0", 16, 7, 3)
+        "Isaac-Cartpole-Direct-v0",
+        16,
+        7,
+        3,
+    )
     assert fields["hydra_args"] == ["agent.params.config.minibatch_size=64"]  # appended verbatim
     if lib == "skrl":
         assert fields["ml_framework"] == "torch"
@@ -196,7 +205,10 @@ def test_impossible_presets_are_refused(tmp_path):
 
 def test_task_ids_are_read_statically():
     assert registered_task_ids(TREE) == [
-        "Isaac-Cartpole-Direct-v0", "Isaac-Cartpole-RGB-Camera-Direct-v0", "Isaac-Cartpole-v0"]
+        "Isaac-Cartpole-Direct-v0",
+        "Isaac-Cartpole-RGB-Camera-Direct-v0",
+        "Isaac-Cartpole-v0",
+    ]
     assert not any(name.startswith("isaaclab_tasks") for name in sys.modules)
     assert closest_task_id("Isaac-Cartpole-Direct-v1", registered_task_ids(TREE)) == "Isaac-Cartpole-Direct-v0"
     assert closest_task_id("isaac-cartpole-v0", registered_task_ids(TREE)) == "Isaac-Cartpole-v0"

@@ -45,7 +45,6 @@ MJLAB_TASKS = [CARTPOLE, GO1, G1]
 ISLAB_TRAIN = [sys.executable, "-m", "islab.cli"]
 
 
-
 def test_mjlab_tasks_are_registered_listed_and_refused_without_mjlab(islab, monkeypatch) -> None:
     for task_id in MJLAB_TASKS:
         info = TASKS[task_id]

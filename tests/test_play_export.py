@@ -221,6 +221,9 @@ def test_play_help_and_bad_input_import_no_torch(tmp_path: Path) -> None:
         imported = {line.split("|")[-1].strip().split(".")[0] for line in done.stderr.splitlines()
                     if line.startswith("import time:")}  # fmt: skip
         assert imported.isdisjoint({"torch", "numpy", "gymnasium", "jax"}), args
-    assert "--episodes" in subprocess.run(
-        [sys.executable, "-m", "islab.cli", "play", "--help"], capture_output=True, text=True, check=False
-    ).stdout
+    assert (
+        "--episodes"
+        in subprocess.run(
+            [sys.executable, "-m", "islab.cli", "play", "--help"], capture_output=True, text=True, check=False
+        ).stdout
+    )

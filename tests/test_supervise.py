@@ -275,9 +275,7 @@ class FakeRun:
 )
 def test_visible_gpu_count_honours_cuda_visible_devices(visible, expected):
     never = FakeRun("GPU 0: X\nGPU 1: Y\nGPU 2: Z\nGPU 3: W\n")
-    assert (
-        probes.visible_gpu_count({"CUDA_VISIBLE_DEVICES": visible}, lambda _: "/bin/nvidia-smi", never) == expected
-    )
+    assert probes.visible_gpu_count({"CUDA_VISIBLE_DEVICES": visible}, lambda _: "/bin/nvidia-smi", never) == expected
 
 
 def test_visible_gpu_count_from_nvidia_smi_or_zero():
@@ -369,7 +367,6 @@ def test_a_signal_death_named_by_the_summary_comes_before_the_ranks_it_took_down
     ]
 
 
-
 def test_a_killed_rank_comes_before_a_root_cause_that_only_lost_its_peer(tmp_path):
     """CI's case: rank 1 SIGKILLed; rank 0's gloo read failed and its error file, stamped first,
     made it torchrun's root cause. The killed rank is the cause; the lost peer comes after it."""
@@ -388,6 +385,7 @@ def test_a_killed_rank_comes_before_a_root_cause_that_only_lost_its_peer(tmp_pat
         (0, 1, "ValueError: the real cause")
     ]
     assert torchrun.find_failures(None, stopped, str(tmp_path), 0) == [(1, -15, None)]
+
 
 RECORDED_RANK = """
 import os, sys

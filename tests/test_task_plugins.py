@@ -21,7 +21,7 @@ ISLAB_TRAIN = [sys.executable, "-m", "islab.cli"]
 
 # A task module as a user would write it beside their script: Isaac Lab's registration, reusing
 # the Cartpole env, with an rsl_rl agent config only.
-TASK_MODULE = '''
+TASK_MODULE = """
 import gymnasium as gym
 
 gym.register(
@@ -33,7 +33,7 @@ gym.register(
         "rsl_rl_cfg_entry_point": "islab.tasks.cartpole.agents:rsl_rl_ppo_cfg.yaml",
     },
 )
-'''
+"""
 
 
 @pytest.fixture

@@ -193,8 +193,23 @@ def test_real_training_events_match_the_workers_progress(tmp_path, lib, clean_en
     mean returns our worker reported in progress.jsonl (both average the same episodes; skrl's
     "Total reward" sums its own tracked rewards, while our skrl adapter reports the env's
     episode_return log, so only the iterations are compared there)."""
-    cmd = [sys.executable, "-m", "islab.cli", "--lib", lib, "--device", "cpu", "--nproc", "1",
-           "--num-envs", "64", "--max-iterations", "2", "--log-dir", str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "islab.cli",
+        "--lib",
+        lib,
+        "--device",
+        "cpu",
+        "--nproc",
+        "1",
+        "--num-envs",
+        "64",
+        "--max-iterations",
+        "2",
+        "--log-dir",
+        str(tmp_path),
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

@@ -130,6 +130,7 @@ def tensorboard_root(library: str, working_dir: str | Path) -> Path:
 
 # --- registered task ids, read without importing Isaac Lab -------------------------------------
 
+
 def registered_task_ids(isaaclab_dir: str | Path) -> list[str]:
     """Every literal ``id`` of a ``gym.register(...)`` / ``gymnasium.register(...)`` /
     ``register(...)`` call in the ``__init__.py`` files under ``DIR/source``, sorted.

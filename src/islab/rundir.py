@@ -291,7 +291,6 @@ def read_progress(path: str | Path) -> list[dict[str, Any]]:
     return ProgressReader(progress_path(path) if path.is_dir() else path).drain()
 
 
-
 # -- heartbeats/rank_<R>.json ----------------------------------------------------------------------
 #
 # Every rank of our worker rewrites its heartbeat when training starts (``done`` 0) and after each

@@ -96,6 +96,7 @@ def find_event_files(root: str | Path, not_before: float | None = None) -> list[
 
 # --- TFRecord framing ------------------------------------------------------------------------
 
+
 def _crc32c_table() -> list[int]:
     table = []
     for byte in range(256):
@@ -173,6 +174,7 @@ def _tensor_scalar(tensor: Any) -> float | None:
 
 
 # --- progress records -------------------------------------------------------------------------
+
 
 @dataclass
 class _Iteration:
@@ -313,7 +315,6 @@ class TensorBoardProgress:
             "mean_return": entry.mean_return,
             "time_s": None if entry.wall_time is None or self._start is None else entry.wall_time - self._start,
         }
-
 
     def _rl_games_env_steps(self, iteration: int, frames: int) -> int | None:
         """rl_games' "info/epochs" step is the frame count at the START of the epoch for

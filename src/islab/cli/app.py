@@ -85,6 +85,7 @@ Exit codes: 0 ok / dry run, 2 bad spec (nothing started), else the training's st
 (signal N -> 128+N; Ctrl-C -> 130; SIGTERM/SIGUSR1 -> checkpoint, then 75). Reference: docs/CLI.md.
 """
 
+
 def typer_app(**settings: Any) -> typer.Typer:
     """A Typer app with islab-train's settings (``-h``, Rich markup, no pretty tracebacks)."""
     return typer.Typer(

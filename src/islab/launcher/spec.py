@@ -487,5 +487,3 @@ FIELDS: tuple[str, ...] = (
     *(name for name in INPUT_FIELDS if name != "rendezvous"),
     *(f"rendezvous.{name}" for name in Rendezvous.model_fields),
 )
-
-

@@ -68,9 +68,7 @@ _RENDEZVOUS_TIMEOUT = re.compile(r"RendezvousTimeoutError|waiting for clients|Di
 # ----------------------------------------------------------------------------------------------
 
 
-def node_argv(
-    spec: RunSpec, node_rank: int, derived: Mapping[str, str], worker: Sequence[str]
-) -> tuple[str, ...]:
+def node_argv(spec: RunSpec, node_rank: int, derived: Mapping[str, str], worker: Sequence[str]) -> tuple[str, ...]:
     argv = [
         spec.python, "-m", "torch.distributed.run",
         "--nproc_per_node", str(spec.nproc_per_node),
@@ -337,8 +335,9 @@ class TorchrunNode:
 
     def children(self) -> list[Child]:
         argv = supervised_argv(self.node.argv, self.log_dir)
-        return [Child(argv, ranks_env(self.node.env, nproc_of(argv)), rank=None, first_rank=self.first_rank,
-                      tail_lines=400)]
+        return [
+            Child(argv, ranks_env(self.node.env, nproc_of(argv)), rank=None, first_rank=self.first_rank, tail_lines=400)
+        ]
 
     def observe(self, rank: int | None, line: str) -> None:
         """torchrun enforces the rendezvous timeout itself."""
