@@ -70,11 +70,22 @@ def describe_end(exit_code: int | None, exception: str | None) -> str:
     """How a rank ended, for the error line: its exception, or the signal that killed it."""
     if exception:
         return f" with {exception}"
-    if exit_code is not None and exit_code < 0:
-        return f", killed by {signal_name(-exit_code)}"
-    if exit_code is not None and exit_code > 128:
-        return f" (exit code {exit_code}, signal {signal_name(exit_code - 128)}?)"
-    return ""
+    signum = None if exit_code is None else signal_of(exit_code)
+    if signum is None:
+        return ""
+    # a negative code is Popen's "killed by"; above 128 it may also be the process's own exit code
+    return (
+        f", killed by {signal_name(signum)}"
+        if exit_code < 0
+        else f" (exit code {exit_code}, signal {signal_name(signum)}?)"
+    )
+
+
+def signal_of(code: int) -> int | None:
+    """The signal that ended a process, from Popen's returncode (-N) or a shell exit status (128 + N)."""
+    if code < 0:
+        return -code
+    return code - 128 if code > 128 else None
 
 
 def signal_name(signum: int) -> str:

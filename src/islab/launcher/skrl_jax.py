@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from islab.launcher.addresses import split_host_port
-from islab.launcher.failures import describe_end, last_exception_line, lost_peer, rendezvous_message
+from islab.launcher.failures import describe_end, last_exception_line, lost_peer, rendezvous_message, signal_of
 from islab.launcher.processes import Child, Outcome
 from islab.launcher.torchrun import error_file_failures
 from islab.rundir import rank_log
@@ -162,7 +162,8 @@ class SkrlJaxNode:
         if lines:
             err.write(f"  last output of rank {rank.global_rank}:\n" + "".join(f"    {line}\n" for line in lines[-20:]))
         # "RuntimeError: boom", or 137 -> -9 -> "killed by SIGKILL"
-        how = f": {exception}" if exception else describe_end(128 - status if status > 128 else status, None)
+        signum = signal_of(status)
+        how = f": {exception}" if exception else describe_end(-signum if signum else status, None)
         log = rank_log(self.plan.run_dir, rank.global_rank)
         err.write(
             f"error: rank {rank.global_rank} (node {self.node.node_rank}, local rank {rank.local_rank}) "
@@ -185,7 +186,7 @@ def _root_cause(first: int, statuses: Sequence[int | None], exception_of: Callab
         if index == first or not status:
             continue
         exception = exception_of(index)
-        killed_by = status - 128 if status > 128 else -status if status < 0 else None
+        killed_by = signal_of(status)
         if (exception and not lost_peer(exception)) or (killed_by not in (None, signal.SIGTERM) and not exception):
             return index
     return first
