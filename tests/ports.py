@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from islab.launcher.probes import port_is_free
+from islab.doctor.probes import port_is_free
 
 LOWEST = 20000  # below the well-known services people run on 1xxxx ports
 

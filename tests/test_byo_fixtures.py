@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from ports import port_for_a_child
 
-from islab.isaaclab_preset import isaaclab_entry, tensorboard_root
-from islab.tensorboard_progress import read_tensorboard_progress
+from islab.resolve.isaaclab import isaaclab_entry, tensorboard_root
+from islab.run.tensorboard_progress import read_tensorboard_progress
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 TREE = FIXTURES / "isaaclab_tree"

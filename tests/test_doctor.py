@@ -12,8 +12,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from islab.launcher import doctor, doctor_report, probes
-from islab.launcher.spec import RunSpec
+from islab.doctor import checks as doctor
+from islab.doctor import probes
+from islab.doctor import report as doctor_report
+from islab.spec.run_spec import RunSpec
 
 NVIDIA_SMI = """\
 +-----------------------------------------------------------------------------------------+

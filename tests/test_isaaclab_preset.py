@@ -1,4 +1,4 @@
-"""islab.isaaclab_preset: Isaac Lab's train.py entry point and arguments, and its task ids.
+"""islab.resolve.isaaclab: Isaac Lab's train.py entry point and arguments, and its task ids.
 
 The commands of Isaac Lab's multi-GPU guide ("Multi-GPU and Multi-Node Training"; the c10d one
 from a tutorial of that guide) are copied here verbatim; ours are built with the preset plus a
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from islab.isaaclab_preset import (
+from islab.resolve.isaaclab import (
     SKRL_JAX,
     TORCHRUN,
     closest_task_id,

@@ -21,10 +21,10 @@ import pytest
 import yaml
 
 from islab.cli.options import OPTIONS
-from islab.launcher import plan as planner
-from islab.launcher.issues import mask_env
-from islab.launcher.spec import FIELDS
-from islab.launcher.text import comment, shell_join, unsafe_character
+from islab.plan import plan as planner
+from islab.spec.issues import mask_env
+from islab.spec.run_spec import FIELDS
+from islab.spec.text import comment, shell_join, unsafe_character
 from islab.tasks import TASKS
 
 HOSTILE = ["\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029", "\x1b[31m", "\x00"]

@@ -21,8 +21,9 @@ from netns import run_dir_of
 from ports import port_for_a_child
 
 from islab import cli
-from islab.launcher import failures, skrl_jax, torchrun
-from islab.launcher.plan import LaunchPlan
+from islab.plan import skrl_jax, torchrun
+from islab.plan.plan import LaunchPlan
+from islab.run import failures
 
 TIMEOUT_S = 5
 # Start-up of torchrun / the JAX ranks and shutdown on top of the timeout: measured 3.8 s (static

@@ -36,8 +36,9 @@ import pytest
 from netns import alive, collect_tree, kill_all, run_dir_of, training_under_way, wait_until
 
 from islab import rundir
-from islab.launcher import failures, processes, torchrun
-from islab.stopping import PREEMPT_GRACE_S, PREEMPTED_EXIT_CODE
+from islab.plan import torchrun
+from islab.run import failures, processes
+from islab.spec.stopping import PREEMPT_GRACE_S, PREEMPTED_EXIT_CODE
 
 # What docs/CLI.md promises, and what was measured on the 2-core machine (its table):
 FAIL_FAST_S = 15.0  # a failed rank -> islab-train has exited (measured 1.3 s torchrun / 5.4 s skrl-JAX)
@@ -224,8 +225,8 @@ def proc_start_ticks(pid: int) -> int:
 DRIVER = """
 import sys
 from types import MappingProxyType
-from islab.launcher import supervise
-from islab.launcher.plan import LaunchPlan, NodePlan
+from islab.run import supervise
+from islab.plan.plan import LaunchPlan, NodePlan
 plan = LaunchPlan("torchrun", "run", (NodePlan(0, (sys.executable, "-c", sys.argv[1]), MappingProxyType({})),))
 sys.exit(supervise.run_plan(plan, 0, preempt_grace_s=PREEMPT_GRACE_S))
 """

@@ -18,8 +18,10 @@ from types import MappingProxyType
 import pytest
 
 from islab import rundir
-from islab.launcher import failures, probes, supervise, torchrun
-from islab.launcher.plan import LaunchPlan, NodePlan, RankLaunch
+from islab.doctor import probes
+from islab.plan import torchrun
+from islab.plan.plan import LaunchPlan, NodePlan, RankLaunch
+from islab.run import failures, supervise
 
 PY = sys.executable
 
@@ -197,8 +199,8 @@ DRIVER = """
 import sys
 import tempfile
 from types import MappingProxyType
-from islab.launcher import supervise
-from islab.launcher.plan import LaunchPlan, NodePlan
+from islab.run import supervise
+from islab.plan.plan import LaunchPlan, NodePlan
 child = sys.argv[1]
 plan = LaunchPlan("torchrun", "run", (NodePlan(0, (sys.executable, "-c", child), MappingProxyType({{}})),))
 sys.exit(supervise.run_plan(plan, 0, grace_s={grace}, preempt_grace_s={preempt_grace}))
@@ -430,7 +432,7 @@ def test_a_skrl_jax_rank_gets_an_error_file_and_is_named_from_it(tmp_path):
 
 def test_skrl_jax_blames_the_killed_rank_not_the_one_that_lost_its_peer():
     """CI's case: rank 1 SIGKILLed; rank 0 raised gloo's 'Connection reset by peer' and was seen first."""
-    from islab.launcher.skrl_jax import _root_cause
+    from islab.plan.skrl_jax import _root_cause
 
     lost = "JaxRuntimeError: UNKNOWN: Gloo all-reduce failed: [pair.cc:538] Read error: Connection reset by peer"
     exceptions = {0: lost, 1: None}

@@ -1,4 +1,4 @@
-"""islab.tensorboard_progress: progress records from the libraries' own TensorBoard event files.
+"""islab.run.tensorboard_progress: progress records from the libraries' own TensorBoard event files.
 
 Event files are written by real writers (torch's SummaryWriter, which rsl_rl and rl_games use;
 skrl's own writer) with the tag names found in the installed libraries' sources, and, in the slow
@@ -18,15 +18,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from islab.rundir import read_progress
-from islab.tasks import agent_config_path
-from islab.tensorboard_progress import (
+from islab.run.tensorboard_progress import (
     TAGS,
     CorruptEventFile,
     TensorBoardProgress,
     find_event_files,
     read_tensorboard_progress,
 )
+from islab.rundir import read_progress
+from islab.tasks import agent_config_path
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -167,7 +167,7 @@ def test_follows_the_newest_file_and_ignores_older_runs(tmp_path):
 
 def test_importing_the_reader_loads_no_heavy_framework():
     code = (
-        "import sys, islab.tensorboard_progress as t, islab.isaaclab_preset\n"
+        "import sys, islab.run.tensorboard_progress as t, islab.resolve.isaaclab\n"
         "from tensorboard.compat.proto.event_pb2 import Event\n"
         "t.scalars_of(Event(wall_time=1.0).SerializeToString())\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'numpy', 'tensorflow', 'jax'}))"

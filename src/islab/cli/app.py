@@ -1,9 +1,9 @@
 """The training command: options -> spec -> plan -> printed (``--dry-run``) or launched.
 
 The command line only translates: options and ``ISLAB_*`` variables (one table, :mod:`islab.cli.options`)
-become spec layers (:func:`islab.launcher.resolve.resolve_spec` merges and validates them), the spec
-becomes a plan (:func:`islab.launcher.plan.build_plan`), and the plan is printed (``--dry-run``) or
-run (:func:`islab.launcher.supervise.run_plan`). Every failure the user can fix is one line on
+become spec layers (:func:`islab.resolve.resolve.resolve_spec` merges and validates them), the spec
+becomes a plan (:func:`islab.plan.plan.build_plan`), and the plan is printed (``--dry-run``) or
+run (:func:`islab.run.supervise.run_plan`). Every failure the user can fix is one line on
 stderr, ``error: <field>: <what is wrong>. <fix>.``, with exit code 2 and no traceback.
 
 Exit codes: 0 success (or a dry run); 2 the spec or command line is wrong, nothing started;
@@ -25,17 +25,19 @@ from typing import Any, NoReturn
 import typer
 
 from islab.cli.options import BY_NAME, OPTIONS, signature
-from islab.launcher import doctor, doctor_report, slurm
-from islab.launcher import plan as planner
-from islab.launcher.addresses import split_host_port
-from islab.launcher.issues import Issue, SpecError, mask_env
-from islab.launcher.plan import LaunchPlan
-from islab.launcher.probes import find_free_port, local_address_towards, visible_gpu_count
-from islab.launcher.resolve import Provided, ResolvedSpec, Source, resolve_spec
-from islab.launcher.spec import RunSpec
-from islab.launcher.supervise import ConsoleOptions, run_plan
-from islab.launcher.torchrun import with_c10d_node_facts
+from islab.doctor import checks as doctor
+from islab.doctor import report as doctor_report
+from islab.doctor.probes import find_free_port, local_address_towards, visible_gpu_count
+from islab.plan import plan as planner
+from islab.plan.plan import LaunchPlan
+from islab.plan.torchrun import with_c10d_node_facts
+from islab.resolve import slurm
+from islab.resolve.resolve import Provided, ResolvedSpec, Source, resolve_spec
+from islab.run.supervise import ConsoleOptions, run_plan
 from islab.rundir import rank_log, write_launch_record
+from islab.spec.addresses import split_host_port
+from islab.spec.issues import Issue, SpecError, mask_env
+from islab.spec.run_spec import RunSpec
 
 # The arguments after `--` (None: no `--` was given), set by islab.cli.run before click parses the rest.
 ENTRY_ARGS: list[str] | None = None

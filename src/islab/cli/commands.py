@@ -18,11 +18,13 @@ import typer
 
 from islab.cli.app import entry_args, fail, resolve, source_of, typer_app
 from islab.cli.options import OPTIONS, keyword, signature
-from islab.launcher import doctor, doctor_report, slurm
-from islab.launcher import plan as planner
-from islab.launcher.issues import SpecError
-from islab.launcher.probes import find_free_port
+from islab.doctor import checks as doctor
+from islab.doctor import report as doctor_report
+from islab.doctor.probes import find_free_port
+from islab.plan import plan as planner
 from islab.policy import cli_commands as policy_commands
+from islab.resolve import slurm
+from islab.spec.issues import SpecError
 
 SUBCOMMANDS = ("doctor", "sbatch", "tasks", "play", "export")
 PANEL_DOCTOR = "Doctor"
@@ -280,7 +282,7 @@ def tasks_command(
         )  # fmt: skip
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
     console.print(table)
-    from islab.launcher.resolve import install_extra_hint
+    from islab.resolve.resolve import install_extra_hint
 
     for extra in sorted({row["extra"] for row in rows if row["extra_missing"]}):
         hint = install_extra_hint(extra)

@@ -4,8 +4,8 @@ Each :class:`Option` row gives the flag as typed, what it does, its help panel a
 it sets. From the table come the Typer parameters of the training command (and of ``doctor`` and
 ``sbatch``, which take the same spec options), the ``ISLAB_*`` variable of every option (``ISLAB_``
 + the flag in upper case, ``-`` -> ``_``), the command-line and environment layers handed to
-:func:`islab.launcher.resolve.resolve_spec`, the options ``sbatch`` forwards to each node, and the
-defaults the help states -- read from the spec's schema (:class:`~islab.launcher.spec.RunSpec`)
+:func:`islab.resolve.resolve.resolve_spec`, the options ``sbatch`` forwards to each node, and the
+defaults the help states -- read from the spec's schema (:class:`~islab.spec.run_spec.RunSpec`)
 and the planner's constants, never written into a help string.
 """
 
@@ -20,13 +20,14 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape as escape_markup
 
-from islab.launcher.plan import (
+from islab.libs.registry import LIBRARIES, frameworks_of
+from islab.plan.plan import (
     HANG_TIMEOUT_RDZV_FACTOR,
     LOCALHOST,
     MIN_DEFAULT_HANG_TIMEOUT_S,
     default_hang_timeout,
 )
-from islab.launcher.spec import (
+from islab.spec.run_spec import (
     CHOICES,
     DEFAULT_C10D_ID,
     DEFAULT_MULTINODE_MASTER_PORT,
@@ -34,7 +35,6 @@ from islab.launcher.spec import (
     Rendezvous,
     RunSpec,
 )
-from islab.libs.registry import LIBRARIES, frameworks_of
 
 PANEL_TRAINING = "Training"
 PANEL_PROCESSES = "Processes on this node"

@@ -13,12 +13,12 @@ top to bottom, is the whole story of a rank:
                     rank 0 reads and broadcasts (islab.worker.resume, .checkpoint, .collectives),
                     loaded into the adapter before training
     preemption      SIGTERM/SIGUSR1: every rank stops after the same iteration, rank 0 checkpoints
-                    it, the rank exits 75 (islab.worker.preemption, islab.stopping)
+                    it, the rank exits 75 (islab.worker.preemption, islab.spec.stopping)
     results         policy digest per rank (to prove every rank holds the same policy), summary
 
 Iterations count from the start of a run, across resumes (islab.worker.resume). ``--total-env-steps T``
 replaces ``--max-iterations`` with ``ceil(T / (world size × num_envs × rollout length))``
-iterations, computed here from the world size this job actually got (islab.budget); with
+iterations, computed here from the world size this job actually got (islab.spec.budget); with
 ``--resume`` that is T more env steps.
 
 ``@record`` makes an exception's traceback reach torchrun's failure summary instead of being lost.
@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from islab import rundir
-from islab.agent_config import AgentConfigError, load_agent_config
-from islab.budget import Budget
 from islab.libs.registry import LIBRARIES, ML_FRAMEWORKS, apply_env_fixes, launcher_of
+from islab.spec.agent_config import AgentConfigError, load_agent_config
+from islab.spec.budget import Budget
 from islab.tasks import TASKS, add_task_module
 from islab.worker.faults import maybe_inject_fault
 
@@ -384,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from torch.distributed.elastic.multiprocessing.errors import record
 
-    from islab.stopping import PREEMPTED_EXIT_CODE
+    from islab.spec.stopping import PREEMPTED_EXIT_CODE
     from islab.worker.checkpoint import CheckpointError
     from islab.worker.preemption import Preempted
 

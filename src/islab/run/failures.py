@@ -1,7 +1,7 @@
 """Naming a failure: which rank, how it ended, where its log is -- shared by both launchers.
 
 Pure functions over text and the run directory's rank logs (``<run_dir>/logs/rank_<R>.log``);
-:mod:`islab.launcher.torchrun` and :mod:`islab.launcher.skrl_jax` build their messages from them.
+:mod:`islab.plan.torchrun` and :mod:`islab.plan.skrl_jax` build their messages from them.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import signal
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from islab.launcher.console import route_line
+from islab.run.console import route_line
 from islab.rundir import rank_log, rank_logs
 
 if TYPE_CHECKING:
-    from islab.launcher.plan import LaunchPlan
+    from islab.plan.plan import LaunchPlan
 
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
 _PEER_LOST = re.compile(r"Connection closed by peer|Connection reset by peer|remote worker crashing", re.IGNORECASE)

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from islab.launcher.issues import SECRET_MASK, Issue
 from islab.rundir import LAUNCH_FILE
+from islab.spec.issues import SECRET_MASK, Issue
 
 # What a checkpoint's state is shaped by (per-rank env count: one env state per environment).
 FROZEN_FIELDS: tuple[str, ...] = ("lib", "ml_framework", "task", "num_envs")

@@ -201,7 +201,7 @@ class TensorBoardProgress:
 
     A record may be returned again by a later poll with more fields filled (rl_games writes the
     iteration marker before the reward): keep the last record per iteration, as
-    ``islab.launcher.console`` does."""
+    ``islab.run.console`` does."""
 
     def __init__(
         self,

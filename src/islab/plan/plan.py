@@ -1,4 +1,4 @@
-"""Launch plans: a :class:`~islab.launcher.spec.RunSpec` turned into the exact commands each node runs.
+"""Launch plans: a :class:`~islab.spec.run_spec.RunSpec` turned into the exact commands each node runs.
 
 Distributed training here has three levels:
 
@@ -16,14 +16,14 @@ ignores ``--node_rank``, so none is passed). skrl-JAX nodes meet at ``--coordina
 
 Which launcher a library uses is decided here once, from the library registry
 (:func:`islab.libs.registry.launcher_of`), and recorded in :attr:`LaunchPlan.launcher`; the
-launcher's own module writes its command (:mod:`islab.launcher.torchrun`,
-:mod:`islab.launcher.skrl_jax`) and everything later reads the plan.
+launcher's own module writes its command (:mod:`islab.plan.torchrun`,
+:mod:`islab.plan.skrl_jax`) and everything later reads the plan.
 
 Everything in this module is a pure function of its inputs -- the spec, the clock and a port the
 caller found free (and the agent-config YAML the spec names, for the budget's rollout length) --
 so the same inputs always give the same plan and tests need no machine state.
-Probing ports, counting GPUs and starting processes happen at the edges (:mod:`islab.launcher.probes`,
-:mod:`islab.launcher.supervise`). No torch import here, and nothing from the rank side.
+Probing ports, counting GPUs and starting processes happen at the edges (:mod:`islab.doctor.probes`,
+:mod:`islab.run.supervise`). No torch import here, and nothing from the rank side.
 """
 
 from __future__ import annotations
@@ -37,23 +37,23 @@ from pathlib import Path, PurePath
 from types import MappingProxyType
 from typing import Literal
 
-from islab.agent_config import load_agent_config
-from islab.budget import Budget
-from islab.isaaclab_preset import tensorboard_root
-from islab.launcher import skrl_jax, torchrun
-from islab.launcher.addresses import join_host_port, split_host_port
-from islab.launcher.issues import Issue, mask_env
-from islab.launcher.launch_rules import shared_fields
-from islab.launcher.resolve import ResolvedSpec
-from islab.launcher.spec import (
+from islab.libs.registry import apply_env_fixes, launcher_of
+from islab.plan import skrl_jax, torchrun
+from islab.resolve.isaaclab import tensorboard_root
+from islab.resolve.resolve import ResolvedSpec
+from islab.spec.addresses import join_host_port, split_host_port
+from islab.spec.agent_config import load_agent_config
+from islab.spec.budget import Budget
+from islab.spec.issues import Issue, mask_env
+from islab.spec.launch_rules import shared_fields
+from islab.spec.run_spec import (
     DEFAULT_C10D_ID,
     DEFAULT_MULTINODE_MASTER_PORT,
     DEFAULT_RDZV_TIMEOUT_S,
     WORKER_ONLY_FIELDS,
     RunSpec,
 )
-from islab.launcher.text import comment, shell_join, shell_quote
-from islab.libs.registry import apply_env_fixes, launcher_of
+from islab.spec.text import comment, shell_join, shell_quote
 
 Launcher = Literal["torchrun", "skrl-jax"]
 LOCALHOST = "127.0.0.1"

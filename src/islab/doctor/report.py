@@ -1,5 +1,5 @@
 """What ``islab-train doctor`` prints (a table or JSON) and the one-line messages of the cheap
-pre-launch subset; the checks themselves are in :mod:`islab.launcher.doctor`."""
+pre-launch subset; the checks themselves are in :mod:`islab.doctor.checks`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from islab.launcher.doctor import Check, Facts, all_passed
+from islab.doctor.checks import Check, Facts, all_passed
 
 STYLE = {"pass": ("✔ pass", "green"), "warn": ("! warn", "yellow"), "fail": ("✘ fail", "bold red"),
          "skip": ("– skip", "dim")}  # fmt: skip

@@ -1,7 +1,7 @@
 """Presets and entry points in the spec's layers: ``--isaaclab DIR`` and ``--mjlab`` turn the
 training options into Isaac Lab's / mjlab's own train-script arguments (the entry point and its
 ``args``), and the options only our worker understands are refused for a user's entry point.
-Each function works on the merged layers of :func:`islab.launcher.resolve.resolve_spec`
+Each function works on the merged layers of :func:`islab.resolve.resolve.resolve_spec`
 (``merged`` values, their ``sources`` and human ``origins``) before the spec is validated."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from islab import isaaclab_preset
-from islab.launcher.issues import Issue, SpecError
-from islab.launcher.spec import WORKER_ONLY_FIELDS
+from islab.resolve import isaaclab as isaaclab_preset
+from islab.spec.issues import Issue, SpecError
+from islab.spec.run_spec import WORKER_ONLY_FIELDS
 
 
 def _preset_issue(field: str, text: str) -> Issue:
@@ -21,7 +21,7 @@ def _preset_issue(field: str, text: str) -> Issue:
 
 def apply_isaaclab(merged: dict[str, Any], sources: dict[str, Any], origins: dict[str, str]) -> None:
     """``--isaaclab DIR``: the entry point becomes Isaac Lab's ``<lib>/train.py`` (see
-    :mod:`islab.isaaclab_preset`), the preset mapping --task/--num-envs/--seed/--max-iterations to
+    :mod:`islab.resolve.isaaclab`), the preset mapping --task/--num-envs/--seed/--max-iterations to
     its flags and adding --headless --distributed; the user's ``--`` arguments follow."""
     label = origins.get("isaaclab", "isaaclab")
     if merged.get("entrypoint") is not None:

@@ -17,7 +17,7 @@ device from ``LOCAL_RANK``: ``cuda:<local rank>``) and AppLauncher's ``--headles
 overrides inside the script, so the user's extra arguments are appended verbatim.
 
 Each script writes TensorBoard events under ``<working directory>/logs/<lib>/...`` (see
-:func:`tensorboard_root`), which :mod:`islab.tensorboard_progress` reads.
+:func:`tensorboard_root`), which :mod:`islab.run.tensorboard_progress` reads.
 
 Task ids are read statically from ``DIR/source`` (the ``gym.register(id=...)`` calls in the task
 packages' ``__init__.py`` files) so that an unknown id is refused before launch without importing

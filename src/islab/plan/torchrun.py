@@ -36,8 +36,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, NamedTuple
 
-from islab.launcher.console import route_line
-from islab.launcher.failures import (
+from islab.run.console import route_line
+from islab.run.failures import (
     describe_end,
     failed_ranks_from_logs,
     last_exception_line,
@@ -45,12 +45,12 @@ from islab.launcher.failures import (
     lost_peer,
     rendezvous_message,
 )
-from islab.launcher.processes import Child, Outcome
+from islab.run.processes import Child, Outcome
 from islab.rundir import logs_dir, rank_log
 
 if TYPE_CHECKING:
-    from islab.launcher.plan import LaunchPlan, NodePlan
-    from islab.launcher.spec import RunSpec
+    from islab.plan.plan import LaunchPlan, NodePlan
+    from islab.spec.run_spec import RunSpec
 
 NAME = "torchrun"
 WORKER_MODULE = "islab.worker"
@@ -304,7 +304,7 @@ def failure_message(
 
 
 # ----------------------------------------------------------------------------------------------
-# Supervising it (see islab.launcher.supervise for the loop)
+# Supervising it (see islab.run.supervise for the loop)
 # ----------------------------------------------------------------------------------------------
 
 

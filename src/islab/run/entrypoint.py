@@ -7,7 +7,7 @@ for an entry-point plan the supervisor
   attributed by torchrun's ``[default<local_rank>]:`` prefix, or by the skrl-JAX rank that printed
   them), keeping rank 0's last line for the display;
 * reads progress from the script's TensorBoard event files (:func:`events_reader`, see
-  :mod:`islab.tensorboard_progress`) under ``ISLAB_RUN_DIR`` or where a preset's script writes
+  :mod:`islab.run.tensorboard_progress`) under ``ISLAB_RUN_DIR`` or where a preset's script writes
   them; until events appear (rl_games and skrl flush every 120 s) the display shows the elapsed
   time and rank 0's last log line.
 
@@ -20,9 +20,9 @@ import threading
 from pathlib import Path
 from typing import IO
 
-from islab.launcher.console import route_line
+from islab.run.console import route_line
+from islab.run.tensorboard_progress import TensorBoardProgress
 from islab.rundir import logs_dir, rank_log
-from islab.tensorboard_progress import TensorBoardProgress
 
 
 class RankLogWriter:

@@ -295,7 +295,7 @@ def read_progress(path: str | Path) -> list[dict[str, Any]]:
 #
 # Every rank of our worker rewrites its heartbeat when training starts (``done`` 0) and after each
 # iteration it finished completely (checkpoint and test hooks included). The launcher's hang watch
-# (islab.launcher.hangs) reads them to see whether any rank still makes progress, which ranks are
+# (islab.run.hangs) reads them to see whether any rank still makes progress, which ranks are
 # behind, and which pid to ask for its stacks: a rank registers faulthandler for
 # STACK_DUMP_SIGNAL on its log, so the signal writes every Python thread's stack there.
 

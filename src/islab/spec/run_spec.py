@@ -2,17 +2,17 @@
 
 :class:`RunSpec` holds every setting of a launch and the rules between them (``jax`` only with
 skrl, a multi-node static rendezvous needs node 0's address, ...). A failed rule is a
-:class:`~islab.launcher.issues.SpecError` with one-line, human messages of the form
+:class:`~islab.spec.issues.SpecError` with one-line, human messages of the form
 ``error: <field>: <what is wrong>. <how to fix it>.`` -- never a pydantic dump or a traceback.
 
 This module reads no files and knows nothing of where values came from: merging the command
 line, SLURM, ``ISLAB_*`` variables, a cluster file and the defaults, and the rules that need
-the disk (the agent config's keys, the ``--resume`` path), live in :mod:`islab.launcher.resolve`.
+the disk (the agent config's keys, the ``--resume`` path), live in :mod:`islab.resolve.resolve`.
 
 Settings that are only known on the machine that launches (a free port, the GPU count, the clock)
 are *not* filled in here: the spec keeps ``None`` for "not given", so the rules "JAX-only option on
 a torch launcher" or "multi-node without a master address" can tell an explicit value from a
-default. :mod:`islab.launcher.plan` fills those in.
+default. :mod:`islab.plan.plan` fills those in.
 
 Torch-free, like the whole launcher (``--help``, ``--dry-run`` and spec errors must be instant).
 """
@@ -36,11 +36,11 @@ from pydantic import (
     model_validator,
 )
 
-from islab.launcher.addresses import is_valid_host, split_host_port
-from islab.launcher.issues import mask_env, rule, suggest
-from islab.launcher.launch_rules import check_jax, check_torchrun
-from islab.launcher.text import unsafe_character
 from islab.libs.registry import LIBRARIES, ML_FRAMEWORKS, frameworks_of, launcher_of
+from islab.spec.addresses import is_valid_host, split_host_port
+from islab.spec.issues import mask_env, rule, suggest
+from islab.spec.launch_rules import check_jax, check_torchrun
+from islab.spec.text import unsafe_character
 from islab.tasks import TASKS
 
 Lib = Literal[tuple(LIBRARIES)]  # type: ignore[valid-type]  # the library registry names them
@@ -163,7 +163,7 @@ class RunSpec(_Frozen):
     # Per run: every rank does this many updates. Ignored when ``total_env_steps`` is given (the
     # worker derives the iterations from it); giving both is an error.
     max_iterations: Count = 150
-    # A budget for the whole job: env steps summed over all ranks (see islab.budget).
+    # A budget for the whole job: env steps summed over all ranks (see islab.spec.budget).
     total_env_steps: Count | None = None
     # The number of nodes; with ``nnodes: "MIN:MAX"`` (c10d only) this is MAX and ``min_nnodes`` is
     # MIN. ``min_nnodes`` is not an input key: it only comes from the range, and the spec prints

@@ -4,10 +4,10 @@ A launch is described by up to five *layers* of settings, highest precedence fir
 
 1. the command line (``--num-envs 64``),
 2. inside a SLURM allocation (``--slurm`` or under ``srun``): the allocation's node count, node
-   rank and rendezvous address (:mod:`islab.launcher.slurm`),
+   rank and rendezvous address (:mod:`islab.resolve.slurm`),
 3. ``ISLAB_*`` environment variables (``ISLAB_NUM_ENVS=64``),
 4. a YAML cluster file (``--cluster two-node.yaml``), shared by every node of a cluster,
-5. built-in defaults (the schema's, :mod:`islab.launcher.spec`).
+5. built-in defaults (the schema's, :mod:`islab.spec.run_spec`).
 
 :func:`resolve_spec` merges them field by field (a command-line ``--master-port`` overrides the
 file's ``rendezvous.master_port`` but keeps its ``master_addr``), validates the result once with
@@ -31,13 +31,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from islab.agent_config import AgentConfigError, load_agent_config
-from islab.budget import rollout_length
-from islab.launcher.issues import Issue, SpecError, suggest
-from islab.launcher.launch_rules import shared_fields
-from islab.launcher.presets import apply_isaaclab, apply_mjlab, refuse_worker_only
-from islab.launcher.resumed import frozen_field_issue, run_dir_of, stored_layer
-from islab.launcher.spec import (
+from islab.libs.registry import LIBRARIES, launcher_of
+from islab.resolve.presets import apply_isaaclab, apply_mjlab, refuse_worker_only
+from islab.resolve.resumed import frozen_field_issue, run_dir_of, stored_layer
+from islab.spec.agent_config import AgentConfigError, load_agent_config
+from islab.spec.budget import rollout_length
+from islab.spec.issues import Issue, SpecError, suggest
+from islab.spec.launch_rules import shared_fields
+from islab.spec.run_spec import (
     CHOICES,
     DEFAULT_TASK,
     FIELDS,
@@ -47,7 +48,6 @@ from islab.launcher.spec import (
     RunSpec,
     parse_node_range,
 )
-from islab.libs.registry import LIBRARIES, launcher_of
 from islab.tasks import (
     TASKS,
     TaskRegistrationError,
@@ -65,7 +65,7 @@ class Source(str, Enum):
     SLURM = "slurm"
     ENV = "env"
     FILE = "file"
-    RESUMED = "resumed"  # the stored spec of the run being resumed (islab.launcher.resumed)
+    RESUMED = "resumed"  # the stored spec of the run being resumed (islab.resolve.resumed)
     DEFAULT = "default"
 
 
@@ -180,7 +180,7 @@ def resolve_spec(
     ``cli`` and ``env`` are flat layers keyed by dotted field names (``rendezvous.master_port``);
     absent keys mean "not given". ``slurm``, when running inside a SLURM allocation, builds the
     allocation's layer (nodes, node rank, rendezvous) from the values the other layers chose --
-    where the rendezvous goes depends on the launcher and backend (see :mod:`islab.launcher.slurm`).
+    where the rendezvous goes depends on the launcher and backend (see :mod:`islab.resolve.slurm`).
     Raises :class:`SpecError` with human messages.
     """
     file_layer = load_cluster_file(cluster_file) if cluster_file is not None else {}
@@ -258,7 +258,7 @@ def _shared_field_issue(
     sources: Mapping[str, Source], origins: Mapping[str, str],
 ) -> Issue | None:  # fmt: skip
     """A per-node option (command line / ``ISLAB_*``) that gives a field every node must agree on
-    (:data:`~islab.launcher.launch_rules.SHARED_FIELDS`) another value than the shared cluster file
+    (:data:`~islab.spec.launch_rules.SHARED_FIELDS`) another value than the shared cluster file
     does -- its own value, or the default when it sets none: the other nodes run the file, so the
     nodes would hang at the rendezvous or train different things. It applies to one node of the
     file's multi-node job (``--node-rank`` given); elsewhere the command line still overrides the

@@ -7,7 +7,7 @@ on two nodes. ``islab-train doctor`` checks them and prints one row per check wi
 
 The module has two halves, so that every decision is unit-testable without the machine:
 
-* **facts** (:class:`Facts`) are gathered at the edge by :mod:`islab.launcher.probes` --
+* **facts** (:class:`Facts`) are gathered at the edge by :mod:`islab.doctor.probes` --
   ``socket.if_nameindex()``, the text of ``nvidia-smi``, ``shutil.disk_usage``, DNS, a bind or a
   TCP connect, and a probe run with the *ranks'* interpreter -- with the rendezvous the plan chose;
 * **checks** are pure functions ``facts -> Check(name, status, detail, fix)``.
@@ -34,9 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from islab.launcher.addresses import split_host_port
-from islab.launcher.plan import LaunchPlan, gpu_issue, platform_issue
-from islab.launcher.probes import (
+from islab.doctor.probes import (
     Runtime,
     bind_state,
     connect_state,
@@ -46,8 +44,10 @@ from islab.launcher.probes import (
     resolve,
     visible_gpu_count,
 )
-from islab.launcher.spec import RunSpec
 from islab.libs.registry import LIBRARIES, env_fixes, jax_backend_fix, jax_backend_problem, launcher_of
+from islab.plan.plan import LaunchPlan, gpu_issue, platform_issue
+from islab.spec.addresses import split_host_port
+from islab.spec.run_spec import RunSpec
 
 Status = Literal["pass", "warn", "fail", "skip"]
 GIB = 1024**3
@@ -423,7 +423,7 @@ def check_disk(path: str, free: int | None) -> Check:
 @dataclass(frozen=True)
 class CheckDef:
     """One row of the doctor. ``before_launch``: cheap (no interpreter probe, no connects) and not
-    already a launch issue of the plan (:func:`islab.launcher.plan.launch_issues` refuses a wrong
+    already a launch issue of the plan (:func:`islab.plan.plan.launch_issues` refuses a wrong
     platform or too few GPUs itself), so every real launch runs it first."""
 
     name: str

@@ -152,7 +152,7 @@ def plain_line(record: Mapping[str, Any]) -> str:
 
 def resume_command(run_dir: str) -> str:
     """The command that continues this run: the run directory alone (its stored spec holds the
-    rest, see :mod:`islab.launcher.resumed`), absolute so that it works from any directory."""
+    rest, see :mod:`islab.resolve.resumed`), absolute so that it works from any directory."""
     return shlex.join(["islab-train", "--resume", os.path.abspath(run_dir)])
 
 

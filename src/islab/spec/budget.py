@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from islab.agent_config import AgentConfigError
 from islab.libs.registry import LIBRARIES
+from islab.spec.agent_config import AgentConfigError
 
 
 def rollout_length(lib: str, agent_cfg: Mapping[str, Any]) -> int:

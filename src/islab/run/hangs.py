@@ -2,7 +2,7 @@
 
 Our worker's ranks rewrite ``<run_dir>/heartbeats/rank_<R>.json`` (:mod:`islab.rundir`) when
 training starts and after every iteration they finish. :class:`HangWatch`, polled by the one poll
-loop (:func:`islab.launcher.processes.watch`), considers the heartbeats of this node's live ranks
+loop (:func:`islab.run.processes.watch`), considers the heartbeats of this node's live ranks
 (written on this host by a pid below islab-train): once training started -- some rank finished an
 iteration in this process; the first one includes warm-up, and the rendezvous has its own timeout --
 a job where no rank finished an iteration for ``timeout_s`` seconds is hung. Then every such rank

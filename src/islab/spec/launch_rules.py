@@ -1,4 +1,4 @@
-"""The rules of each launcher, checked by :class:`~islab.launcher.spec.RunSpec` once the fields
+"""The rules of each launcher, checked by :class:`~islab.spec.run_spec.RunSpec` once the fields
 are valid on their own: which rendezvous options torchrun's static and c10d rendezvous take, and
 what skrl's JAX launcher (a coordinator address instead of a rendezvous) allows; and which fields
 every node of a multi-node launch must agree on."""
@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from islab.launcher.issues import rule
+from islab.spec.issues import rule
 
 if TYPE_CHECKING:
-    from islab.launcher.spec import RunSpec
+    from islab.spec.run_spec import RunSpec
 
 # Every field of the spec is in exactly one of these two lists (tests/test_cli.py checks), so a new
 # field must be classified. What may differ per node: its index, the interpreter's path and the
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 PER_NODE_FIELDS: tuple[str, ...] = ("node_rank", "python", "env", "log_dir", "nproc_per_node", "hang_timeout_s")
 # What every node must agree on: nodes that differ here hang at the rendezvous or in a collective,
 # or train something else than node 0 (the budget, seeds, checkpoints, the entry point). The run
-# directory's name of a multi-node job is derived from these alone (islab.launcher.plan.run_dir_for).
+# directory's name of a multi-node job is derived from these alone (islab.plan.plan.run_dir_for).
 SHARED_FIELDS: tuple[str, ...] = (
     "lib", "ml_framework", "task", "task_module", "num_envs", "seed", "max_iterations", "total_env_steps",
     "nnodes", "device", "max_restarts", "coordinator_address", "run_name", "overrides", "resume",

@@ -8,19 +8,19 @@ processes (islab-train -> torchrun -> N ranks, or islab-train -> N JAX ranks):
   and nothing is left behind. Never ``shell=True``: argv goes to ``exec`` as-is.
 * **Signals are forwarded.** SIGINT sent to islab-train goes to every group, and SIGTERM to every
   rank; whatever is still alive after a grace period (5 s) gets SIGKILL, so 10 s after the signal
-  nothing of the job is left. A preempting signal (SIGTERM, SIGUSR1: :mod:`islab.stopping`) asks
+  nothing of the job is left. A preempting signal (SIGTERM, SIGUSR1: :mod:`islab.spec.stopping`) asks
   for a stop with a checkpoint instead: SIGTERM to every group (torchrun forwards it to its ranks
   and waits for them), SIGUSR1 to every rank (torchrun forwards no SIGUSR1), and SIGKILL only
-  :data:`~islab.stopping.PREEMPT_GRACE_S` later. A SIGINT during that wait stops everything at
+  :data:`~islab.spec.stopping.PREEMPT_GRACE_S` later. A SIGINT during that wait stops everything at
   once. torchrun starts each rank in a session of its own, out of
   reach of ``killpg(torchrun)``, so the process tree below our children is read from ``/proc``
   while the job runs (:func:`process_tree`) and those processes are signalled too.
 * **One poll loop** (:func:`watch`) for both launchers: it streams every child's output through
   the console policy, ticks the progress display, and stops everything on a signal, on the first
   failed child (``fail_fast``: skrl-JAX ranks, whose peers would hang), when the launcher says
-  the rendezvous is overdue, or when the hang watch (:mod:`islab.launcher.hangs`) says no rank
+  the rendezvous is overdue, or when the hang watch (:mod:`islab.run.hangs`) says no rank
   makes progress any more. What the outcome means is the launcher's to say
-  (:mod:`islab.launcher.torchrun`, :mod:`islab.launcher.skrl_jax`).
+  (:mod:`islab.plan.torchrun`, :mod:`islab.plan.skrl_jax`).
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from islab.launcher.console import ConsolePolicy, RunView, Stream, rank_prefix, route_line
-from islab.stopping import PREEMPT_GRACE_S, PREEMPT_SIGNALS
+from islab.run.console import ConsolePolicy, RunView, Stream, rank_prefix, route_line
+from islab.spec.stopping import PREEMPT_GRACE_S, PREEMPT_SIGNALS
 
 POLL_INTERVAL_S = 0.05
 TICK_INTERVAL_S = 0.25  # how often the progress display re-reads progress.jsonl

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from pydantic_core import PydanticCustomError
 
-from islab.launcher.text import escape
+from islab.spec.text import escape
 
 SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 SECRET_MASK = "****"
@@ -62,7 +62,7 @@ def mask_env(env: Mapping[str, str]) -> dict[str, str]:
 def rule(field_name: str, problem: str, fix: str, *, given_by: str | None = None) -> PydanticCustomError:
     """A validation failure that already speaks human: field, problem and fix travel in ctx.
     ``given_by`` names another field whose origin (``--max-iterations``, ``cpu.yaml: ...``) the
-    message should add, since only :func:`islab.launcher.resolve.resolve_spec` knows where values came from."""
+    message should add, since only :func:`islab.resolve.resolve.resolve_spec` knows where values came from."""
     ctx = {"field": field_name, "problem": problem, "fix": fix}
     if given_by is not None:
         ctx["given_by"] = given_by

@@ -1,16 +1,16 @@
 """Run one node's launch plan and stand guard over it.
 
-:func:`run_plan` picks the node runner for the plan's launcher -- :class:`~islab.launcher.torchrun.TorchrunNode`
-(torchrun starts the ranks) or :class:`~islab.launcher.skrl_jax.SkrlJaxNode` (islab-train starts
+:func:`run_plan` picks the node runner for the plan's launcher -- :class:`~islab.plan.torchrun.TorchrunNode`
+(torchrun starts the ranks) or :class:`~islab.plan.skrl_jax.SkrlJaxNode` (islab-train starts
 the skrl-JAX ranks itself, since skrl's launcher hides failures) -- and runs its children through
-the one poll loop of :mod:`islab.launcher.processes`:
+the one poll loop of :mod:`islab.run.processes`:
 
 * **Exit codes tell the truth.** The launcher's exit code is passed through (death by signal N
   becomes 128 + N); islab-train stopped by SIGINT exits 130. A preempting signal (SIGTERM,
-  SIGUSR1) whose stop the ranks checkpointed exits 75 (:data:`islab.stopping.PREEMPTED_EXIT_CODE`),
+  SIGUSR1) whose stop the ranks checkpointed exits 75 (:data:`islab.spec.stopping.PREEMPTED_EXIT_CODE`),
   one that could not be checkpointed in time 128 + signal (143, 138).
 * **Failures are named.** One ``error:`` line with the node, the rank, its exception (torch's
-  error files, see :mod:`islab.launcher.torchrun`) or the signal that killed it, and its log.
+  error files, see :mod:`islab.plan.torchrun`) or the signal that killed it, and its log.
 * **Diverged ranks fail the run.** After a successful run the ranks' final policy digests
   (``digests/rank_<R>.json`` in the run directory) must all be equal; otherwise exit 1 and one
   ``error:`` line naming which ranks hold which policy.
@@ -18,10 +18,10 @@ the one poll loop of :mod:`islab.launcher.processes`:
   ``rendezvous.timeout_s`` end the run with one message naming the timeout and the address.
 * **Hangs are named.** With our worker, ranks that finish no iteration for ``hang_timeout_s``
   dump their stacks to their logs, the job is stopped and one message names the ranks that are
-  behind and where they are stuck (:mod:`islab.launcher.hangs`); islab-train exits 1.
+  behind and where they are stuck (:mod:`islab.run.hangs`); islab-train exits 1.
 * **The console is ours.** By default only rank 0's stderr passes (``--all-ranks``: everything,
   prefixed ``[rank R]``), the ranks' full output being in their log files. On the node that hosts
-  rank 0 a :class:`~islab.launcher.console.RunView` draws the progress and, after a successful
+  rank 0 a :class:`~islab.run.console.RunView` draws the progress and, after a successful
   run, the summary table and ``curves.png``.
 """
 
@@ -36,26 +36,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from islab.launcher.console import ConsolePolicy, RunView, finish, resume_command
-from islab.launcher.entrypoint import RankLogWriter, events_reader
-from islab.launcher.hangs import HangWatch
-from islab.launcher.plan import LaunchPlan
-from islab.launcher.processes import watch
-from islab.launcher.skrl_jax import SkrlJaxNode
-from islab.launcher.torchrun import TorchrunNode
+from islab.plan.plan import LaunchPlan
+from islab.plan.skrl_jax import SkrlJaxNode
+from islab.plan.torchrun import TorchrunNode
+from islab.run.console import ConsolePolicy, RunView, finish, resume_command
+from islab.run.entrypoint import RankLogWriter, events_reader
+from islab.run.hangs import HangWatch
+from islab.run.processes import watch
 from islab.rundir import DIGESTS_DIR, digest_divergence, latest_checkpoint, read_digests, read_summary, summary_path
-from islab.stopping import PREEMPT_GRACE_S, PREEMPT_SIGNALS, PREEMPTED_EXIT_CODE
+from islab.spec.stopping import PREEMPT_GRACE_S, PREEMPT_SIGNALS, PREEMPTED_EXIT_CODE
 
 # SIGKILL what is left this long after a forwarded SIGINT/SIGTERM, so that nothing of the job
 # is alive 10 s after the signal even when a process ignores SIGTERM.
 DEFAULT_GRACE_S = 5.0
-# The plan names its launcher once (islab.launcher.plan, from the library registry).
+# The plan names its launcher once (islab.plan.plan, from the library registry).
 NODE_RUNNERS = {"torchrun": TorchrunNode, "skrl-jax": SkrlJaxNode}
 
 
 @dataclass(frozen=True)
 class ConsoleOptions:
-    """How a run looks on the console (see :mod:`islab.launcher.console`).
+    """How a run looks on the console (see :mod:`islab.run.console`).
 
     The defaults (everything shown, no progress display) suit tests and embedding; the command
     line asks for ``all_ranks=False`` and a progress display on the node that hosts rank 0."""

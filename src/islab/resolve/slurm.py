@@ -32,20 +32,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from islab.launcher.addresses import join_host_port
-from islab.launcher.issues import Issue, SpecError
-from islab.launcher.resolve import Provided
-from islab.launcher.spec import RunSpec
-from islab.launcher.text import shell_join
 from islab.libs.registry import LIBRARIES, launcher_of
-from islab.stopping import PREEMPTED_EXIT_CODE
+from islab.resolve.resolve import Provided
+from islab.spec.addresses import join_host_port
+from islab.spec.issues import Issue, SpecError
+from islab.spec.run_spec import RunSpec
+from islab.spec.stopping import PREEMPTED_EXIT_CODE
+from islab.spec.text import shell_join
 
 PORT_BASE = 20000
 PORT_SPAN = 20000
 # "2(x3),1" -> tasks per node of the step: 2, 2, 2, 1
 _TASKS_PER_NODE_ITEM = re.compile(r"(\d+)(?:\(x(\d+)\))?")
 _SBATCH_VALUE = re.compile(r"[^\n\r\0]+")
-# --requeue: SIGUSR1 this long before the time limit, so the ranks can checkpoint (islab.stopping)
+# --requeue: SIGUSR1 this long before the time limit, so the ranks can checkpoint (islab.spec.stopping)
 DEFAULT_SIGNAL_BEFORE_S = 120
 
 

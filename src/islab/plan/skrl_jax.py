@@ -23,15 +23,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from islab.launcher.addresses import split_host_port
-from islab.launcher.failures import describe_end, last_exception_line, lost_peer, rendezvous_message, signal_of
-from islab.launcher.processes import Child, Outcome
-from islab.launcher.torchrun import error_file_failures
+from islab.plan.torchrun import error_file_failures
+from islab.run.failures import describe_end, last_exception_line, lost_peer, rendezvous_message, signal_of
+from islab.run.processes import Child, Outcome
 from islab.rundir import rank_log
+from islab.spec.addresses import split_host_port
 
 if TYPE_CHECKING:
-    from islab.launcher.plan import LaunchPlan, NodePlan
-    from islab.launcher.spec import RunSpec
+    from islab.plan.plan import LaunchPlan, NodePlan
+    from islab.spec.run_spec import RunSpec
 
 NAME = "skrl-jax"
 LAUNCHER_MODULE = "skrl.utils.distributed.jax"
