@@ -14,7 +14,7 @@ from types import MappingProxyType
 import pytest
 
 from islab import rundir
-from islab.plan.plan import LaunchPlan, NodePlan
+from islab.plan.launch_plan import LaunchPlan, NodePlan
 from islab.run import console as display
 from islab.run import supervise
 from islab.rundir import latest_checkpoint

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from islab.plan.plan import build_plan, format_json, format_text, launch_issues, plan_env, shell_line
+from islab.plan.dry_run import format_json, format_text, shell_line
+from islab.plan.launch_issues import launch_issues
+from islab.plan.plan import build_plan, plan_env
 from islab.resolve.resolve import Provided, ResolvedSpec, resolve_spec
 from islab.worker import ENTRY_SCRIPT
 
@@ -468,7 +470,8 @@ def test_dry_run_of_an_elastic_job_leaves_the_iterations_to_the_run():
 
 def test_torchrun_ranks_get_omp_threads_cores_over_n(monkeypatch):
     """torchrun's OMP_NUM_THREADS banner goes and the value matches the worker's cores // N."""
-    from islab.plan.torchrun import TorchrunNode, ranks_env
+    from islab.plan.torchrun import ranks_env
+    from islab.run.torchrun_node import TorchrunNode
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert ranks_env({}, 2, cores=8)["OMP_NUM_THREADS"] == "4"

@@ -29,7 +29,9 @@ from islab.doctor import checks as doctor
 from islab.doctor import report as doctor_report
 from islab.doctor.probes import find_free_port, local_address_towards, visible_gpu_count
 from islab.plan import plan as planner
-from islab.plan.plan import LaunchPlan
+from islab.plan.dry_run import format_json, format_text
+from islab.plan.launch_issues import launch_issues
+from islab.plan.launch_plan import LaunchPlan
 from islab.plan.torchrun import with_c10d_node_facts
 from islab.resolve import slurm
 from islab.resolve.resolve import Provided, ResolvedSpec, Source, resolve_spec
@@ -247,10 +249,10 @@ def _plan_and_go(resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, al
                 f"{visible_gpus} CUDA device(s) are visible here (fine for a dry run)",
                 file=sys.stderr,
             )
-        print(planner.format_json(plan) if json_output else planner.format_text(plan, resolved))
+        print(format_json(plan) if json_output else format_text(plan, resolved))
         raise typer.Exit(0)
 
-    issues = planner.launch_issues(spec, platform=sys.platform, visible_gpus=visible_gpus)
+    issues = launch_issues(spec, platform=sys.platform, visible_gpus=visible_gpus)
     if issues:
         fail(SpecError(issues))
     node_rank = spec.node_rank if spec.node_rank is not None else 0

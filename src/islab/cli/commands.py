@@ -22,6 +22,7 @@ from islab.doctor import checks as doctor
 from islab.doctor import report as doctor_report
 from islab.doctor.probes import find_free_port
 from islab.plan import plan as planner
+from islab.plan import sbatch
 from islab.policy import cli_commands as policy_commands
 from islab.resolve import slurm
 from islab.spec.issues import SpecError
@@ -134,7 +135,7 @@ SBATCH_OPTIONS = (
                 rich_help_panel=PANEL_SBATCH,
             ),
         ],
-        slurm.DEFAULT_SIGNAL_BEFORE_S,
+        sbatch.DEFAULT_SIGNAL_BEFORE_S,
     ),
     keyword(
         "job_name",
@@ -175,7 +176,7 @@ def sbatch_command(ctx: typer.Context, **options: Any) -> None:
     log_dir = Path(spec.log_dir).absolute()
     gpus_per_node = spec.nproc_per_node if spec.device == "cuda" else 0
     cpus = options["cpus_per_task"] or (spec.nproc_per_node if spec.device == "cpu" else 4 * spec.nproc_per_node)
-    batch = slurm.BatchOptions(
+    batch = sbatch.BatchOptions(
         nodes=spec.nnodes,
         job_name=options["job_name"] or f"islab-{spec.lib}",
         output=str(log_dir / "slurm-%x-%j.out"),
@@ -186,12 +187,12 @@ def sbatch_command(ctx: typer.Context, **options: Any) -> None:
         requeue=options["requeue"],
         signal_before_s=options["signal_before"],
     )
-    issues = slurm.batch_option_issues(batch)
+    issues = sbatch.batch_option_issues(batch)
     if issues:
         fail(SpecError(issues))
     node_command = [spec.python, "-m", "islab.cli", "--slurm", *_forwarded_options(ctx, options, log_dir)]
     log_dir.mkdir(parents=True, exist_ok=True)
-    print(slurm.sbatch_script(batch, node_command), end="", flush=True)
+    print(sbatch.sbatch_script(batch, node_command), end="", flush=True)
     print(f"islab-train: batch script for {spec.nnodes} node(s); job output goes to {batch.output}", file=sys.stderr)
 
 

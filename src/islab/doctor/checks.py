@@ -45,7 +45,8 @@ from islab.doctor.probes import (
     visible_gpu_count,
 )
 from islab.libs.registry import LIBRARIES, env_fixes, jax_backend_fix, jax_backend_problem, launcher_of
-from islab.plan.plan import LaunchPlan, gpu_issue, platform_issue
+from islab.plan.launch_issues import gpu_issue, platform_issue
+from islab.plan.launch_plan import LaunchPlan
 from islab.spec.addresses import split_host_port
 from islab.spec.run_spec import RunSpec
 
@@ -423,7 +424,7 @@ def check_disk(path: str, free: int | None) -> Check:
 @dataclass(frozen=True)
 class CheckDef:
     """One row of the doctor. ``before_launch``: cheap (no interpreter probe, no connects) and not
-    already a launch issue of the plan (:func:`islab.plan.plan.launch_issues` refuses a wrong
+    already a launch issue of the plan (:func:`islab.plan.launch_issues.launch_issues` refuses a wrong
     platform or too few GPUs itself), so every real launch runs it first."""
 
     name: str

@@ -1,18 +1,6 @@
-"""Launch plans: a :class:`~islab.spec.run_spec.RunSpec` turned into the exact commands each node runs.
+"""The planner: a :class:`~islab.spec.run_spec.RunSpec` turned into the exact commands each node runs.
 
-Distributed training here has three levels:
-
-* a **node** is one machine; ``nnodes`` of them take part, numbered by ``node_rank``;
-* each node starts ``nproc_per_node`` **ranks** (one per GPU, or CPU processes talking gloo);
-  ``world_size = nnodes * nproc_per_node`` and ``rank = node_rank * nproc_per_node + local_rank``;
-* a **launcher** on each node starts that node's ranks and tells them how to meet: torchrun for
-  rl_games, rsl_rl and skrl-torch (``MASTER_ADDR``/``MASTER_PORT``, ``RANK``, ``LOCAL_RANK`` …),
-  skrl's JAX launcher for skrl-JAX (``JAX_RANK``, ``JAX_COORDINATOR_ADDR`` …).
-
-The ranks meet at a **rendezvous**. With torchrun's *static* rendezvous, node 0 listens on
-``master_addr:master_port`` and every node is told its ``--node_rank``. With *c10d*, the nodes meet
-at ``--rdzv_endpoint`` under a shared ``--rdzv_id`` and torchrun assigns node ranks itself (it
-ignores ``--node_rank``, so none is passed). skrl-JAX nodes meet at ``--coordinator_address``.
+The plan's shape (nodes, ranks, launchers, rendezvous) is :mod:`islab.plan.launch_plan`.
 
 Which launcher a library uses is decided here once, from the library registry
 (:func:`islab.libs.registry.launcher_of`), and recorded in :attr:`LaunchPlan.launcher`; the
@@ -31,31 +19,24 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path, PurePath
 from types import MappingProxyType
-from typing import Literal
 
 from islab.libs.registry import apply_env_fixes, launcher_of
 from islab.plan import skrl_jax, torchrun
+from islab.plan.launch_plan import LaunchPlan, NodePlan, RankLaunch
 from islab.resolve.isaaclab import tensorboard_root
-from islab.resolve.resolve import ResolvedSpec
 from islab.spec.addresses import join_host_port, split_host_port
 from islab.spec.agent_config import load_agent_config
 from islab.spec.budget import Budget
-from islab.spec.issues import Issue, mask_env
 from islab.spec.launch_rules import shared_fields
 from islab.spec.run_spec import (
     DEFAULT_C10D_ID,
     DEFAULT_MULTINODE_MASTER_PORT,
-    DEFAULT_RDZV_TIMEOUT_S,
-    WORKER_ONLY_FIELDS,
     RunSpec,
 )
-from islab.spec.text import comment, shell_join, shell_quote
 
-Launcher = Literal["torchrun", "skrl-jax"]
 LOCALHOST = "127.0.0.1"
 RUN_DIR_TIME_FORMAT = "%Y-%m-%d_%H-%M-%S"
 # The default hang timeout: never shorter than the waits a healthy job may have -- a collective
@@ -76,60 +57,6 @@ def hang_timeout_of(spec: RunSpec) -> int:
     if spec.entrypoint is not None:
         return 0
     return spec.hang_timeout_s if spec.hang_timeout_s is not None else default_hang_timeout(spec.rendezvous.timeout_s)
-
-
-@dataclass(frozen=True)
-class RankLaunch:
-    """One rank started directly by islab-train (skrl-JAX, whose own launcher hides failures)."""
-
-    global_rank: int
-    local_rank: int
-    argv: tuple[str, ...]
-    env: Mapping[str, str]  # what the plan adds, including the JAX_* variables skrl's launcher sets
-
-
-@dataclass(frozen=True)
-class NodePlan:
-    """What one node runs. ``env`` is only what the plan adds to the inherited environment."""
-
-    node_rank: int
-    argv: tuple[str, ...]
-    env: Mapping[str, str]
-    # For skrl-JAX: the ranks ``argv`` would start, so a real launch can supervise them itself.
-    ranks: tuple[RankLaunch, ...] = ()
-
-
-@dataclass(frozen=True)
-class LaunchPlan:
-    launcher: Launcher
-    run_dir: str
-    nodes: tuple[NodePlan, ...]
-    # Values the planner filled in (free port, default addresses): shown by the dry run.
-    derived: Mapping[str, str] = field(default_factory=dict)
-    # The port node 0 must be able to bind before a real launch (static master / JAX coordinator).
-    node0_port: int | None = None
-    # Where the nodes meet (host:port) and how long node 0 waits for them: for the supervisor's
-    # "node(s) did not join" message, to bound the skrl-JAX rendezvous, and for the doctor.
-    rendezvous_address: str | None = None
-    rendezvous_kind: str | None = None  # "static master" | "c10d endpoint" | "JAX coordinator"
-    rendezvous_timeout_s: int = DEFAULT_RDZV_TIMEOUT_S
-    nnodes: int = 1
-    # What the job trains (iterations x ranks x envs x rollout): shown by the dry run.
-    budget: Budget | None = None
-    # A user entry point instead of our worker: the launcher writes the rank logs and reads progress
-    # from TensorBoard events under ``events_root`` (written after ``events_not_before``, epoch s).
-    entrypoint: bool = False
-    events_root: str | None = None
-    events_library: str | None = None
-    events_not_before: float | None = None
-    # Seconds without a finished iteration on any rank of a node before it counts as hung (0: off).
-    hang_timeout_s: int = 0
-
-    def node(self, node_rank: int) -> NodePlan:
-        for node in self.nodes:
-            if node.node_rank == node_rank:
-                return node
-        raise KeyError(f"node {node_rank} is not in this plan")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -330,143 +257,3 @@ def _meeting_point(derived: Mapping[str, str]) -> tuple[str | None, str | None]:
         address = join_host_port(derived["rendezvous.master_addr"], int(derived["rendezvous.master_port"]))
         return address, "static master"
     return None, None
-
-
-# ----------------------------------------------------------------------------------------------
-# Printing (the dry run)
-# ----------------------------------------------------------------------------------------------
-
-
-def shell_line(argv: tuple[str, ...] | list[str], env: Mapping[str, str]) -> str:
-    """``NAME=value … cmd args`` that bash runs as-is, on one line whatever an argument holds;
-    secret-looking values masked."""
-    prefix = [f"{name}={shell_quote(value)}" for name, value in mask_env(env).items()]
-    return " ".join([*prefix, shell_join(argv)])
-
-
-def format_json(plan: LaunchPlan) -> str:
-    """The machine-readable dry run: launcher, and per node the full argv and the added env."""
-    payload = {
-        "launcher": plan.launcher,
-        "budget": plan.budget.to_plain() if plan.budget is not None else None,
-        "nodes": [
-            {"node_rank": node.node_rank, "argv": list(node.argv), "env": mask_env(node.env)} for node in plan.nodes
-        ],
-    }
-    return json.dumps(payload, indent=2)
-
-
-def _comment_value(value: object) -> str:
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {v}" for k, v in value.items()) + "}" if value else "{}"
-    if isinstance(value, list | tuple):
-        return " ".join(str(v) for v in value) if value else "[]"
-    return "-" if value is None else str(value)
-
-
-def format_text(plan: LaunchPlan, resolved: ResolvedSpec) -> str:
-    """The human dry run: a comment block saying where each value came from, then per node the
-    command. Every non-command line is a shell comment, so the whole output can be pasted."""
-    spec = resolved.spec
-    lines = [
-        comment(
-            f"islab-train plan: {plan.launcher}, {spec.nnodes_text.replace(':', '-')} node(s) x "
-            f"{spec.nproc_per_node} process(es) on {spec.device}, world size "
-            f"{'up to ' if spec.elastic else ''}{spec.nnodes * spec.nproc_per_node}"
-        ),
-        comment(f"run dir: {plan.run_dir}"),
-        *(
-            [comment(f"budget: {plan.budget.describe(resuming=spec.resume is not None)}")]
-            if plan.budget is not None
-            else []
-        ),
-        comment("resolved spec (field = value  (source: cli|env|file|default)):"),
-    ]
-    if resolved.cluster_file:
-        lines.append(comment(f"  cluster file: {resolved.cluster_file}"))
-    rows = resolved.explain()
-    width = max(len(name) for name, _, _ in rows)
-    for name, value, source in rows:
-        if (name in WORKER_ONLY_FIELDS) if spec.entrypoint is not None else name in ("entrypoint", "args"):
-            continue  # a user entry point ignores the worker's fields; the worker has no entry point
-        origin = resolved.origins.get(name)
-        detail = f"source: {source.value}" + (f", {origin}" if origin and source.value != "file" else "")
-        if value is None and name in plan.derived:
-            value, detail = plan.derived[name], f"{detail}, chosen by the planner"
-        elif name == "max_iterations" and spec.total_env_steps is not None:
-            detail = f"{detail}, derived from total_env_steps by each run"
-        lines.append(comment(f"  {name.ljust(width)} = {_comment_value(value)}  ({detail})"))
-    if plan.launcher == skrl_jax.NAME:
-        lines.append(
-            comment(
-                "note: a real launch starts these ranks itself (same JAX_* variables as skrl's "
-                "launcher) so that a failing rank fails the run"
-            )
-        )
-    for node in plan.nodes:
-        lines.append(comment(f"node {node.node_rank}"))
-        lines.append(shell_line(node.argv, node.env))
-    return "\n".join(lines)
-
-
-# ----------------------------------------------------------------------------------------------
-# Can this node launch it? (pure: the machine's facts come in as arguments)
-# ----------------------------------------------------------------------------------------------
-
-
-def launch_issues(spec: RunSpec, *, platform: str, visible_gpus: int) -> list[Issue]:
-    """Reasons a *real* launch of ``spec`` cannot start on this node (a dry run skips these).
-    The doctor shows the platform and GPU ones as its rows; it does not check them again."""
-    found = (platform_issue(spec.device, platform), node_rank_issue(spec), gpu_issue(spec, visible_gpus))
-    return [issue for issue in found if issue is not None]
-
-
-def platform_issue(device: str, platform: str) -> Issue | None:
-    if not platform.startswith(("win", "cygwin")):
-        return None
-    if device == "cuda":
-        return Issue(
-            "device",
-            "GPU training needs NCCL, which only exists on Linux",
-            "Run on a Linux machine or in WSL2; --dry-run still prints the plan here",
-        )
-    return Issue(
-        "platform",
-        "islab-train supervises ranks with POSIX process groups and signals, which Windows lacks",
-        "Run it in WSL2 (CPU ranks over gloo work there); --dry-run still prints the plan here",
-    )
-
-
-def node_rank_issue(spec: RunSpec) -> Issue | None:
-    """Each node starts its own launcher and must know which node it is -- except with torchrun's
-    c10d rendezvous, where torchrun assigns the node ranks."""
-    assigned = launcher_of(spec.lib, spec.ml_framework) == torchrun.NAME and spec.rendezvous.backend == "c10d"
-    if spec.nnodes == 1 or assigned or spec.node_rank is not None:
-        return None
-    return Issue(
-        "node_rank",
-        f"this is a {spec.nnodes}-node run and each node starts its own launcher, "
-        "but this one was not told which node it is",
-        "Pass --node-rank 0 on the first node, --node-rank 1 on the second, and so on "
-        "(--dry-run prints every node's command)",
-    )
-
-
-def gpu_issue(spec: RunSpec, visible_gpus: int) -> Issue | None:
-    if spec.device != "cuda":
-        return None
-    if visible_gpus == 0:
-        return Issue(
-            "device",
-            "cuda was asked for but no CUDA device is visible on this machine (CUDA_VISIBLE_DEVICES / nvidia-smi)",
-            f"Use --device cpu --nproc {spec.nproc_per_node} for CPU ranks over gloo",
-        )
-    if spec.nproc_per_node > visible_gpus:
-        return Issue(
-            "nproc_per_node",
-            f"{spec.nproc_per_node} GPU processes per node need {spec.nproc_per_node} GPUs "
-            f"but {visible_gpus} are visible to the ranks (CUDA_VISIBLE_DEVICES from the spec's env: or this "
-            "shell), so ranks would share a GPU",
-            f"Use --gpus {visible_gpus}, or --device cpu --nproc {spec.nproc_per_node}",
-        )
-    return None

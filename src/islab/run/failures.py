@@ -10,13 +10,9 @@ import contextlib
 import re
 import signal
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from islab.run.console import route_line
 from islab.rundir import rank_log, rank_logs
-
-if TYPE_CHECKING:
-    from islab.plan.plan import LaunchPlan
 
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
 _PEER_LOST = re.compile(r"Connection closed by peer|Connection reset by peer|remote worker crashing", re.IGNORECASE)
@@ -95,10 +91,11 @@ def signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
-def rendezvous_message(plan: LaunchPlan) -> str:
-    """The one-line error for nodes that did not arrive in time."""
-    where = plan.rendezvous_address or "the rendezvous address"
+def rendezvous_message(address: str | None, timeout_s: float) -> str:
+    """The one-line error for nodes that did not arrive within ``timeout_s`` at ``address`` (a plan's
+    ``rendezvous_address`` and ``rendezvous_timeout_s``; plain values, so naming a failure needs no plan)."""
+    where = address or "the rendezvous address"
     return (
-        f"error: rendezvous: node(s) did not join within {plan.rendezvous_timeout_s} s at {where}; "
+        f"error: rendezvous: node(s) did not join within {timeout_s} s at {where}; "
         f"check that every node runs islab-train with the same spec and can reach {where} (islab-train doctor)"
     )

@@ -1,7 +1,7 @@
 """Run one node's launch plan and stand guard over it.
 
-:func:`run_plan` picks the node runner for the plan's launcher -- :class:`~islab.plan.torchrun.TorchrunNode`
-(torchrun starts the ranks) or :class:`~islab.plan.skrl_jax.SkrlJaxNode` (islab-train starts
+:func:`run_plan` picks the node runner for the plan's launcher -- :class:`~islab.plan.torchrun_node.TorchrunNode`
+(torchrun starts the ranks) or :class:`~islab.plan.skrl_jax_node.SkrlJaxNode` (islab-train starts
 the skrl-JAX ranks itself, since skrl's launcher hides failures) -- and runs its children through
 the one poll loop of :mod:`islab.run.processes`:
 
@@ -36,13 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from islab.plan.plan import LaunchPlan
-from islab.plan.skrl_jax import SkrlJaxNode
-from islab.plan.torchrun import TorchrunNode
+from islab.plan.launch_plan import LaunchPlan
 from islab.run.console import ConsolePolicy, RunView, finish, resume_command
 from islab.run.entrypoint import RankLogWriter, events_reader
 from islab.run.hangs import HangWatch
 from islab.run.processes import watch
+from islab.run.skrl_jax_node import SkrlJaxNode
+from islab.run.torchrun_node import TorchrunNode
 from islab.rundir import DIGESTS_DIR, digest_divergence, latest_checkpoint, read_digests, read_summary, summary_path
 from islab.spec.stopping import PREEMPT_GRACE_S, PREEMPT_SIGNALS, PREEMPTED_EXIT_CODE
 

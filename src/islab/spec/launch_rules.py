@@ -1,16 +1,47 @@
 """The rules of each launcher, checked by :class:`~islab.spec.run_spec.RunSpec` once the fields
 are valid on their own: which rendezvous options torchrun's static and c10d rendezvous take, and
 what skrl's JAX launcher (a coordinator address instead of a rendezvous) allows; and which fields
-every node of a multi-node launch must agree on."""
+every node of a multi-node launch must agree on.
+
+The checks read the few fields they need through :class:`LaunchFields` (a structural type that a
+``RunSpec`` satisfies), so this module does not import the schema that imports it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from islab.spec.issues import rule
 
-if TYPE_CHECKING:
-    from islab.spec.run_spec import RunSpec
+
+class RendezvousFields(Protocol):
+    """The rendezvous options the launchers' rules read (``RunSpec.rendezvous``)."""
+
+    @property
+    def backend(self) -> str: ...
+    @property
+    def master_addr(self) -> str | None: ...
+    @property
+    def master_port(self) -> int | None: ...
+    @property
+    def endpoint(self) -> str | None: ...
+    @property
+    def id(self) -> str | None: ...
+    @property
+    def last_call_s(self) -> int | None: ...
+
+
+class LaunchFields(Protocol):
+    """The spec fields the launchers' rules read."""
+
+    @property
+    def rendezvous(self) -> RendezvousFields: ...
+    @property
+    def coordinator_address(self) -> str | None: ...
+    @property
+    def max_restarts(self) -> int: ...
+    @property
+    def nnodes(self) -> int: ...
+
 
 # Every field of the spec is in exactly one of these two lists (tests/test_cli.py checks), so a new
 # field must be classified. What may differ per node: its index, the interpreter's path and the
@@ -36,7 +67,7 @@ def shared_fields(launcher: str | None) -> tuple[str, ...]:
     return (*SHARED_FIELDS, "nproc_per_node") if launcher == "skrl-jax" else SHARED_FIELDS
 
 
-def check_jax(spec: RunSpec) -> None:
+def check_jax(spec: LaunchFields) -> None:
     """What a spec launched by skrl's JAX launcher may not say (torchrun's options) and must say."""
     rdzv = spec.rendezvous
     if spec.coordinator_address is not None and spec.coordinator_address.startswith("["):
@@ -74,7 +105,7 @@ def check_jax(spec: RunSpec) -> None:
         )
 
 
-def check_torchrun(spec: RunSpec) -> None:
+def check_torchrun(spec: LaunchFields) -> None:
     """The static and c10d rendezvous each take their own options, and several nodes need a meeting point."""
     rdzv = spec.rendezvous
     if rdzv.backend == "static":
