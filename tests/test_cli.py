@@ -250,7 +250,7 @@ def test_gpus_above_visible_devices_is_refused(islab, monkeypatch, tmp_path):
 def test_gpu_check_counts_the_spec_env_the_ranks_get(islab, monkeypatch, tmp_path):
     """Issue 14 item 3: CUDA_VISIBLE_DEVICES in the spec's env: is what the ranks see; two ranks
     on one visible GPU would share it, so the launch is refused naming the mismatch."""
-    from islab.doctor import checks as doctor
+    from islab.doctor import facts as doctor_facts
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     cluster = tmp_path / "one-gpu.yaml"
@@ -264,7 +264,7 @@ def test_gpu_check_counts_the_spec_env_the_ranks_get(islab, monkeypatch, tmp_pat
     from islab.resolve.resolve import resolve_spec
 
     spec = resolve_spec(cluster_file=cluster).spec
-    facts = doctor.gather_facts(spec, build_plan(spec, now=datetime(2026, 1, 1), free_port=29500), full=False)
+    facts = doctor_facts.gather_facts(spec, build_plan(spec, now=datetime(2026, 1, 1), free_port=29500), full=False)
     assert facts.visible_gpus == 1  # doctor counts the ranks' view too
 
 

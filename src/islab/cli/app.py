@@ -26,6 +26,7 @@ import typer
 
 from islab.cli.options import BY_NAME, OPTIONS, signature
 from islab.doctor import checks as doctor
+from islab.doctor import facts as doctor_facts
 from islab.doctor import report as doctor_report
 from islab.doctor.probes import find_free_port, local_address_towards, visible_gpu_count
 from islab.plan import plan as planner
@@ -298,7 +299,7 @@ def _plan_and_go(resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, al
 def _preflight(spec: RunSpec, plan: LaunchPlan, visible_gpus: int) -> bool:
     """The cheap doctor checks before a real launch: errors stop it (exit 2), warnings print.
     Returns whether this node owns the c10d endpoint's address (it must host the store)."""
-    facts = doctor.gather_facts(spec, plan, full=False, visible_gpus=visible_gpus)
+    facts = doctor_facts.gather_facts(spec, plan, full=False, visible_gpus=visible_gpus)
     errors, warnings = doctor_report.launch_messages(doctor.run_checks(facts, before_launch=True))
     for line in warnings + errors:
         print(line, file=sys.stderr)

@@ -19,6 +19,7 @@ import typer
 from islab.cli.app import entry_args, fail, resolve, source_of, typer_app
 from islab.cli.options import OPTIONS, keyword, signature
 from islab.doctor import checks as doctor
+from islab.doctor import facts as doctor_facts
 from islab.doctor import report as doctor_report
 from islab.doctor.probes import find_free_port
 from islab.plan import plan as planner
@@ -65,7 +66,7 @@ def doctor_command(ctx: typer.Context, **options: Any) -> None:
         plan = planner.build_plan(spec, now=datetime.now(), free_port=find_free_port())
     except SpecError as exc:
         fail(exc)
-    facts = doctor.gather_facts(spec, plan, full=True)
+    facts = doctor_facts.gather_facts(spec, plan, full=True)
     checks = doctor.run_checks(facts)
     if options["json_output"]:
         print(doctor_report.to_json(checks, facts))
