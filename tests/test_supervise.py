@@ -16,6 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 import pytest
+from ports import port_is_free
 
 from islab import rundir
 from islab.doctor import probes
@@ -137,10 +138,10 @@ Root Cause (first observed failure):
 
 
 def test_torchrun_summary_root_cause_first_and_collateral_ranks_left_out():
-    assert torchrun_node.failed_ranks_from_output(TORCHRUN_SUMMARY.splitlines()) == [1, 3]
+    assert [rank for rank, _ in torchrun_node.torchrun_failures(TORCHRUN_SUMMARY.splitlines())] == [1, 3]
     only_stopped = TORCHRUN_SUMMARY.split("[2]:")[0].splitlines()
-    assert torchrun_node.failed_ranks_from_output(only_stopped) == [0]
-    assert torchrun_node.failed_ranks_from_output(["no summary here"]) == []
+    assert [rank for rank, _ in torchrun_node.torchrun_failures(only_stopped)] == [0]
+    assert [rank for rank, _ in torchrun_node.torchrun_failures(["no summary here"])] == []
 
 
 # ----------------------------------------------------------------------------------------------
@@ -288,15 +289,15 @@ def test_visible_gpu_count_from_nvidia_smi_or_zero():
 
 def test_free_port_probe_and_port_in_use():
     port = probes.find_free_port()
-    assert probes.port_is_free(port)
+    assert port_is_free(port)
     with socket.socket() as listener:  # free means a listener can take it, as torchrun's store will
         listener.bind(("", port))
         listener.listen()
-        assert not probes.port_is_free(port)
+        assert not port_is_free(port)
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
-        assert not probes.port_is_free(busy.getsockname()[1])
+        assert not port_is_free(busy.getsockname()[1])
 
 
 WRITE_DIGESTS = """

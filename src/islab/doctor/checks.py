@@ -33,7 +33,7 @@ from islab.doctor.facts import Facts, Rendezvous
 from islab.doctor.probes import (
     Runtime,
 )
-from islab.libs.registry import LIBRARIES, jax_backend_fix, jax_backend_problem, launcher_of
+from islab.libs.registry import LIBRARIES, jax_backend_fix, jax_backend_problem
 from islab.plan.launch_issues import gpu_issue, platform_issue
 from islab.spec.run_spec import RunSpec
 
@@ -92,7 +92,7 @@ def check_gpus(spec: RunSpec, visible_gpus: int, runtime: Runtime | None = None)
 
 
 def check_backend(spec: RunSpec, runtime: Runtime | None) -> Check:
-    if launcher_of(spec.lib, spec.ml_framework) != "torchrun":
+    if spec.launcher != "torchrun":
         return Check("collective backend", "skip", "skrl-JAX uses jax.distributed, not NCCL/gloo process groups")
     wanted = "NCCL" if spec.device == "cuda" else "gloo"
     name = f"collective backend ({wanted})"

@@ -40,17 +40,6 @@ def find_free_port(host: str = "") -> int:
         return int(sock.getsockname()[1])
 
 
-def port_is_free(port: int, host: str = "") -> bool:
-    """Can this node listen on ``port``? (What torchrun's master / the JAX coordinator will do.)"""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # Without SO_REUSEADDR, like the first bind of a fresh listener.
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
 def local_address_towards(host: str, port: int) -> str | None:
     """This machine's address on the route to ``host`` -- what the other nodes can reach it at.
     A UDP "connect" sends nothing; it only asks the kernel to pick the route and source address."""

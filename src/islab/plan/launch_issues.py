@@ -5,7 +5,6 @@ A dry run skips these; ``doctor`` shows the platform and GPU ones as its rows.
 
 from __future__ import annotations
 
-from islab.libs.registry import launcher_of
 from islab.plan import torchrun
 from islab.spec.issues import Issue
 from islab.spec.run_spec import RunSpec
@@ -37,7 +36,7 @@ def platform_issue(device: str, platform: str) -> Issue | None:
 def node_rank_issue(spec: RunSpec) -> Issue | None:
     """Each node starts its own launcher and must know which node it is -- except with torchrun's
     c10d rendezvous, where torchrun assigns the node ranks."""
-    assigned = launcher_of(spec.lib, spec.ml_framework) == torchrun.NAME and spec.rendezvous.backend == "c10d"
+    assigned = spec.launcher == torchrun.NAME and spec.rendezvous.backend == "c10d"
     if spec.nnodes == 1 or assigned or spec.node_rank is not None:
         return None
     return Issue(

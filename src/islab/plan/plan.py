@@ -2,8 +2,8 @@
 
 The plan's shape (nodes, ranks, launchers, rendezvous) is :mod:`islab.plan.launch_plan`.
 
-Which launcher a library uses is decided here once, from the library registry
-(:func:`islab.libs.registry.launcher_of`), and recorded in :attr:`LaunchPlan.launcher`; the
+Which launcher a library uses is the library registry's one decision
+(:attr:`RunSpec.launcher <islab.spec.run_spec.RunSpec.launcher>`), recorded in :attr:`LaunchPlan.launcher`; the
 launcher's own module writes its command (:mod:`islab.plan.torchrun`,
 :mod:`islab.plan.skrl_jax`) and everything later reads the plan.
 
@@ -23,7 +23,7 @@ from datetime import datetime
 from pathlib import Path, PurePath
 from types import MappingProxyType
 
-from islab.libs.registry import apply_env_fixes, launcher_of
+from islab.libs.registry import apply_env_fixes
 from islab.plan import skrl_jax, torchrun
 from islab.plan.launch_plan import LaunchPlan, NodePlan, RankLaunch
 from islab.resolve.isaaclab import tensorboard_root
@@ -93,7 +93,7 @@ def _shared_digest(spec: RunSpec) -> str:
     torchrun's process count or the env, does not split the directory)."""
     plain = spec.to_plain()
     shared = {}
-    for name in shared_fields(launcher_of(spec.lib, spec.ml_framework)):
+    for name in shared_fields(spec.launcher):
         section, _, key = name.rpartition(".")
         shared[name] = plain[section][key] if section else plain[key]
     return hashlib.sha256(json.dumps(shared, sort_keys=True, default=str).encode()).hexdigest()[:10]
@@ -172,7 +172,7 @@ def _derive(spec: RunSpec, free_port: int) -> tuple[dict[str, str], int | None]:
     multi-node job cannot agree on a probed port, so they need an explicit one (or 29500)."""
     rdzv = spec.rendezvous
     single_node = spec.nnodes == 1
-    if launcher_of(spec.lib, spec.ml_framework) == skrl_jax.NAME:
+    if spec.launcher == skrl_jax.NAME:
         coordinator = spec.coordinator_address or join_host_port(LOCALHOST, free_port)
         return {"coordinator_address": coordinator}, split_host_port(coordinator)[1]
     if rdzv.backend == "c10d":
@@ -199,7 +199,7 @@ def build_plan(spec: RunSpec, *, now: datetime, free_port: int, slurm_job_id: in
     probes it; see ``supervise.find_free_port``).
     """
     run_dir = run_dir_for(spec, now, slurm_job_id)
-    launcher = launcher_of(spec.lib, spec.ml_framework)
+    launcher = spec.launcher
     derived, node0_port = _derive(spec, free_port)
     env = MappingProxyType(plan_env(spec, run_dir))
     worker = worker_args(spec, run_dir) if spec.entrypoint is None else entry_argv(spec)

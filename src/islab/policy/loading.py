@@ -26,16 +26,11 @@ from typing import TYPE_CHECKING, Any
 from islab import rundir
 from islab.libs.registry import apply_env_fixes
 from islab.policy.source import PolicySource
+from islab.spec.launch_rules import JOB_VARIABLES
 
 if TYPE_CHECKING:
     from islab.envs.base import DirectRLEnv
     from islab.libs.base import LibraryAdapter
-
-# What a launcher tells a rank about its job; a play/export process is a job of its own.
-JOB_VARIABLES = (
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
-    "JAX_RANK", "JAX_LOCAL_RANK", "JAX_WORLD_SIZE", "JAX_COORDINATOR_ADDR", "JAX_COORDINATOR_PORT",
-)  # fmt: skip
 
 
 class PolicyLoadError(Exception):

@@ -36,17 +36,15 @@ from pathlib import Path
 
 SCRIPTS_DIR = Path("scripts") / "reinforcement_learning"
 LIBRARIES = ("rl_games", "rsl_rl", "skrl")  # the libraries Isaac Lab's guide trains distributed
-TORCHRUN = "torchrun"
-SKRL_JAX = "skrl-jax"  # python -m skrl.utils.distributed.jax
 
 
 @dataclass(frozen=True)
 class PresetEntry:
-    """What each rank runs: ``python <script> <*args>`` under ``launcher``."""
+    """What each rank runs: ``python <script> <*args>``, under the launcher the library registry names
+    for the pair (the plan's one choice; this module makes none)."""
 
     script: Path
     args: tuple[str, ...]
-    launcher: str  # TORCHRUN or SKRL_JAX
 
     def argv(self) -> list[str]:
         """The script and its arguments, as they follow the launcher's own options."""
@@ -118,8 +116,7 @@ def isaaclab_entry(
     if ml_framework == "jax":
         args += ["--ml_framework", "jax"]
     args += list(extra_args)
-    launcher = SKRL_JAX if ml_framework == "jax" else TORCHRUN
-    return PresetEntry(script, tuple(args), launcher)
+    return PresetEntry(script, tuple(args))
 
 
 def tensorboard_root(library: str, working_dir: str | Path) -> Path:

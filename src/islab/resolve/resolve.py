@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from islab.libs.registry import LIBRARIES, launcher_of
+from islab.libs.registry import LIBRARIES
 from islab.resolve.presets import apply_isaaclab, apply_mjlab, refuse_worker_only
 from islab.resolve.resumed import frozen_field_issue, run_dir_of, stored_layer
 from islab.spec.agent_config import AgentConfigError, load_agent_config
@@ -267,9 +267,8 @@ def _shared_field_issue(
     file_nnodes = parse_node_range(str(file_layer["nnodes"].value)) if "nnodes" in file_layer else None
     if spec.node_rank is None or spec.nnodes <= 1 or file_nnodes is None or file_nnodes[1] <= 1:
         return None
-    launcher = launcher_of(spec.lib, spec.ml_framework)
     file_name = next(iter(file_layer.values())).origin.split(":")[0]
-    for name in shared_fields(launcher):
+    for name in shared_fields(spec.launcher):
         if sources.get(name) not in (Source.CLI, Source.ENV) or name not in given:
             continue  # from the file, a default, or derived by a preset from a field checked itself
         shared = file_layer[name].value if name in file_layer else _shared_default(name, file_layer)

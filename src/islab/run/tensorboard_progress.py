@@ -25,7 +25,6 @@ this module.
 
 from __future__ import annotations
 
-import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -327,14 +326,3 @@ class TensorBoardProgress:
         if not starts_at_zero:
             return frames
         return None if iteration == 1 else round(frames * iteration / (iteration - 1))
-
-
-def read_tensorboard_progress(root: str | Path, library: str | None = None, **hints: Any) -> list[dict[str, Any]]:
-    """Every progress record in the newest event file under ``root`` (one-shot form)."""
-    return TensorBoardProgress(root, library, **hints).records()
-
-
-def newest_event_file(root: str | Path) -> Path | None:
-    """The event file a reader of ``root`` would follow now, or None."""
-    files = find_event_files(root) if os.path.isdir(root) else []
-    return files[-1] if files else None

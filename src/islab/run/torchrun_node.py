@@ -125,11 +125,6 @@ def _summary(lines: Iterable[str]) -> list[_Ended]:
     return list(seen.values())
 
 
-def failed_ranks_from_output(lines: Iterable[str]) -> list[int]:
-    """Global ranks named in torchrun's failure summary (see :func:`torchrun_failures`)."""
-    return [rank for rank, _ in torchrun_failures(lines)]
-
-
 def rendezvous_timed_out(lines: Iterable[str]) -> bool:
     """Did torchrun's agent give up waiting for the other nodes? Only torchrun's own lines count:
     a rank's line (prefixed ``[default<L>]:`` by ``--tee``) is a training failure, not a rendezvous."""

@@ -12,6 +12,14 @@ from typing import Protocol
 
 from islab.spec.issues import rule
 
+# What a launcher tells each rank about its job (torchrun, skrl's JAX launcher). A spec's env may not
+# set them (they would be overwritten or break the group), and a play/export process, a job of its
+# own, drops them (islab.policy.loading).
+JOB_VARIABLES: tuple[str, ...] = (
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
+    "JAX_RANK", "JAX_LOCAL_RANK", "JAX_WORLD_SIZE", "JAX_COORDINATOR_ADDR", "JAX_COORDINATOR_PORT",
+)  # fmt: skip
+
 
 class RendezvousFields(Protocol):
     """The rendezvous options the launchers' rules read (``RunSpec.rendezvous``)."""

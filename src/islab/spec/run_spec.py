@@ -39,7 +39,7 @@ from pydantic import (
 from islab.libs.registry import LIBRARIES, ML_FRAMEWORKS, frameworks_of, launcher_of
 from islab.spec.addresses import is_valid_host, split_host_port
 from islab.spec.issues import mask_env, rule, suggest
-from islab.spec.launch_rules import check_jax, check_torchrun
+from islab.spec.launch_rules import JOB_VARIABLES, check_jax, check_torchrun
 from islab.spec.text import unsafe_character
 from islab.tasks import TASKS
 
@@ -73,14 +73,6 @@ RUN_NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
 MODULE_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 OVERRIDE_PATTERN = re.compile(r"^\+?[A-Za-z_][A-Za-z0-9_.\-]*=")  # "+key=value" adds a key on purpose
 ENV_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# The launchers set these per rank; a user value would silently be overwritten or break the group.
-RESERVED_ENV = frozenset(
-    {
-        "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
-        "MASTER_PORT", "JAX_RANK", "JAX_LOCAL_RANK", "JAX_WORLD_SIZE", "JAX_COORDINATOR_ADDR",
-        "JAX_COORDINATOR_PORT",
-    }
-)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------
@@ -257,6 +249,12 @@ class RunSpec(_Frozen):
         return self.min_nnodes is not None
 
     @property
+    def launcher(self) -> str | None:
+        """What starts the ranks ("torchrun" | "skrl-jax"): the library registry's one decision for
+        (lib, ml_framework), read by everything after resolution (None only for a pair validation refuses)."""
+        return launcher_of(self.lib, self.ml_framework)
+
+    @property
     def nnodes_text(self) -> str:
         """``nnodes`` as torchrun's ``--nnodes`` takes it: ``"2"`` or ``"1:2"``."""
         return str(self.nnodes) if self.min_nnodes is None else f"{self.min_nnodes}:{self.nnodes}"
@@ -348,7 +346,7 @@ class RunSpec(_Frozen):
                     "is not a valid environment variable name",
                     "Use letters, digits and '_' only, not starting with a digit",
                 )
-            if name in RESERVED_ENV:
+            if name in JOB_VARIABLES:  # the launchers set these per rank: a user value would be overwritten
                 raise rule(
                     f"env.{name}",
                     "is set per rank by the launcher and cannot be overridden",
@@ -417,7 +415,7 @@ class RunSpec(_Frozen):
                 f"{self.node_rank} is outside [0, {self.nnodes}) for nnodes={self.nnodes}",
                 f"Pass --node-rank between 0 and {self.nnodes - 1} on each node",
             )
-        launcher = launcher_of(self.lib, self.ml_framework)  # None: the library lacks that framework
+        launcher = self.launcher  # None: the library lacks that framework
         if self.elastic and (launcher != "torchrun" or rdzv.backend != "c10d"):
             fixed = "the static rendezvous" if launcher == "torchrun" else "skrl's JAX launcher"
             raise rule(
