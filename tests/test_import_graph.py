@@ -6,7 +6,8 @@ circle to a reader: the two modules can no longer be understood (or moved) one a
 
 ``islab.plan`` is the pure half of the launcher (a spec in, argv and environments out). It must not
 import ``subprocess`` or the heavy packages, directly or through anything of islab it imports, so a
-plan can be built, printed and tested anywhere; ``tests/test_torch_free.py`` adds the runtime check.
+plan can be built, printed and tested anywhere. There only what runs counts: an import inside a function
+does, one under ``if TYPE_CHECKING:`` does not. ``tests/test_torch_free.py`` adds the runtime check.
 """
 
 from __future__ import annotations
