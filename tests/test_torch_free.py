@@ -29,7 +29,7 @@ class Refuse:
 
 sys.meta_path.insert(0, Refuse())
 import islab.cli, islab.launcher
-names = ["islab.rundir", "islab.libs.registry", "islab.tasks"]
+names = ["islab.rundir", "islab.libs.registry", "islab.tasks", "islab.spec.worker_args"]
 for package in (islab.cli, islab.launcher):
     names += [info.name for info in pkgutil.walk_packages(package.__path__, package.__name__ + ".")]
 for name in names:
