@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from islab.launcher.issues import rule
+from islab.spec.worker_args import spec_options
 
 if TYPE_CHECKING:
     from islab.launcher.spec import RunSpec
@@ -16,8 +17,12 @@ if TYPE_CHECKING:
 # field must be classified. What may differ per node: its index, the interpreter's path and the
 # environment on that machine (NCCL_SOCKET_IFNAME names its interface), where it mounts the shared
 # log directory, and -- under torchrun, whose rendezvous sums the world size -- its process count.
-# hang_timeout_s: each node watches (and can only signal) its own ranks.
-PER_NODE_FIELDS: tuple[str, ...] = ("node_rank", "python", "env", "log_dir", "nproc_per_node", "hang_timeout_s")
+# hang_timeout_s: each node watches (and can only signal) its own ranks. A worker option declared
+# in islab.spec.worker_args is classified by its row (``Cli.shared``).
+PER_NODE_FIELDS: tuple[str, ...] = (
+    "node_rank", "python", "env", "log_dir", "nproc_per_node", "hang_timeout_s",
+    *(arg.name for arg in spec_options() if not arg.cli.shared),  # type: ignore[union-attr]
+)  # fmt: skip
 # What every node must agree on: nodes that differ here hang at the rendezvous or in a collective,
 # or train something else than node 0 (the budget, seeds, checkpoints, the entry point). The run
 # directory's name of a multi-node job is derived from these alone (islab.launcher.plan.run_dir_for).
@@ -27,6 +32,7 @@ SHARED_FIELDS: tuple[str, ...] = (
     "checkpoint_interval", "logger", "entrypoint", "args", "isaaclab", "mjlab", "rendezvous.backend",
     "rendezvous.master_addr", "rendezvous.master_port", "rendezvous.endpoint", "rendezvous.id",
     "rendezvous.timeout_s", "rendezvous.last_call_s",
+    *(arg.name for arg in spec_options() if arg.cli.shared),  # type: ignore[union-attr]
 )  # fmt: skip
 
 

@@ -29,8 +29,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictFloat,
     StrictInt,
     StrictStr,
+    create_model,
     field_serializer,
     field_validator,
     model_validator,
@@ -41,7 +43,7 @@ from islab.launcher.issues import mask_env, rule, suggest
 from islab.launcher.launch_rules import check_jax, check_torchrun
 from islab.launcher.text import unsafe_character
 from islab.libs.registry import LIBRARIES, ML_FRAMEWORKS, frameworks_of, launcher_of
-from islab.spec.worker_args import choices_of, default_of
+from islab.spec.worker_args import WorkerArg, choices_of, default_of, spec_options
 from islab.tasks import TASKS
 
 Lib = Literal[tuple(LIBRARIES)]  # type: ignore[valid-type]  # the library registry names them
@@ -151,7 +153,25 @@ class Rendezvous(_Frozen):
         return value
 
 
-class RunSpec(_Frozen):
+def _worker_option_field(arg: WorkerArg) -> tuple[Any, Any]:
+    """(annotation, default) of the spec field of a worker option declared only in its row."""
+    kind: Any = {int: StrictInt, float: StrictFloat}.get(arg.kind, StrictStr)
+    if arg.choices is not None:
+        kind = Literal[arg.choices]  # type: ignore[valid-type]
+    if arg.minimum is not None:
+        kind = Annotated[kind, Field(ge=arg.minimum)]
+    return (kind | None if arg.default is None else kind), arg.default
+
+
+# The fields of the worker options whose row in islab.spec.worker_args brings its own spec field
+# (``cli``): a new option is that row, not a row plus a field here.
+_WorkerOptions = create_model(  # type: ignore[call-overload]
+    "_WorkerOptions", __base__=_Frozen, **{arg.name: _worker_option_field(arg) for arg in spec_options()}
+)
+WORKER_OPTION_FIELDS: tuple[str, ...] = tuple(arg.name for arg in spec_options())
+
+
+class RunSpec(_WorkerOptions):  # type: ignore[misc, valid-type]
     """Everything needed to plan a launch. Immutable; built only through validation."""
 
     # The defaults of the settings a rank is told are the worker arguments' (islab.spec.worker_args).
@@ -480,10 +500,14 @@ def parse_node_range(text: str) -> tuple[int, int] | None:
 ENTRY_KINDS: tuple[str, ...] = ("script", "module", "command")
 WORKER_ONLY_FIELDS: tuple[str, ...] = (
     "task", "task_module", "num_envs", "max_iterations", "total_env_steps", "overrides", "resume",
-    "checkpoint_interval", "hang_timeout_s", "logger",
+    "checkpoint_interval", "hang_timeout_s", "logger", *WORKER_OPTION_FIELDS,
 )  # fmt: skip
 
-INPUT_FIELDS: tuple[str, ...] = tuple(name for name in RunSpec.model_fields if name != "min_nnodes")
+# The hand-written fields in their order, then the worker options' (their base class puts them first).
+INPUT_FIELDS: tuple[str, ...] = (
+    *(name for name in RunSpec.model_fields if name not in ("min_nnodes", *WORKER_OPTION_FIELDS)),
+    *WORKER_OPTION_FIELDS,
+)
 
 FIELDS: tuple[str, ...] = (
     *(name for name in INPUT_FIELDS if name != "rendezvous"),

@@ -42,13 +42,16 @@ class Emit(Enum):
 
 @dataclass(frozen=True)
 class Cli:
-    """How a worker-only row that has no hand-written spec field is offered to users: the spec
-    field of that name is added to ``RunSpec`` and an ``islab-train`` option to the option table.
-    ``panel``: ``"training"`` or ``"output"`` (the help section it is listed in)."""
+    """How a row without a hand-written spec field is offered to users: a ``RunSpec`` field of the
+    row's name (same default, ``minimum`` and ``choices``) and an ``islab-train`` option of the same
+    flag (its ``ISLAB_*`` variable, ``sbatch`` forwarding and help come with it).
+    ``panel``: ``"training"`` or ``"output"``, the help section it is listed in. ``shared``: every
+    node must be given the same value (:mod:`islab.launcher.launch_rules`); False when only node 0's
+    value matters."""
 
     help: str
     panel: str = "output"
-    minimum: int | None = None  # the spec refuses smaller values
+    shared: bool = True
 
 
 @dataclass(frozen=True)
@@ -136,7 +139,9 @@ def choices_of(name: str) -> tuple[str, ...]:
 
 def spec_options() -> tuple[WorkerArg, ...]:
     """The rows that bring their own spec field and ``islab-train`` option (``cli`` set)."""
-    return tuple(arg for arg in WORKER_ARGS if arg.cli is not None)
+    rows = tuple(arg for arg in WORKER_ARGS if arg.cli is not None)
+    assert all(arg.field == arg.name for arg in rows), "a row's own spec field is named like its flag"
+    return rows
 
 
 # ----------------------------------------------------------------------------------------------
