@@ -56,10 +56,14 @@ VARIANTS = (
 )
 
 
-def specs() -> list[RunSpec]:
+# Options added to the table after the hand-written bridge: it cannot write them.
+NEWER = ({"keep_checkpoints": 0}, {"keep_checkpoints": 7, "total_env_steps": 9, "logger": "wandb"})
+
+
+def specs(variants: tuple[dict, ...] = VARIANTS) -> list[RunSpec]:
     return [
         RunSpec.model_validate({"lib": lib, "ml_framework": framework, "python": "/py", **variant})
-        for (lib, framework), variant in itertools.product(LIBS, VARIANTS)
+        for (lib, framework), variant in itertools.product(LIBS, variants)
     ]
 
 
@@ -68,7 +72,7 @@ def test_the_planner_writes_the_same_argv_as_the_hand_written_bridge(spec):
     assert worker_args(spec, RUN_DIR) == legacy_worker_args(spec, RUN_DIR)
 
 
-@pytest.mark.parametrize("spec", specs(), ids=lambda spec: f"{spec.lib}-{spec.ml_framework}")
+@pytest.mark.parametrize("spec", specs((*VARIANTS, *NEWER)), ids=lambda spec: f"{spec.lib}-{spec.ml_framework}")
 def test_the_worker_reads_back_what_the_planner_wrote(spec, monkeypatch):
     from islab.worker import __main__ as worker
 
@@ -80,7 +84,7 @@ def test_the_worker_reads_back_what_the_planner_wrote(spec, monkeypatch):
         "distributed": True, "checkpoint_interval": spec.checkpoint_interval, "logger": spec.logger,
         "peer_timeout": float(spec.rendezvous.timeout_s), "overrides": list(spec.overrides),
         "resume": Path(spec.resume) if spec.resume is not None else None,
-        "total_env_steps": spec.total_env_steps,
+        "total_env_steps": spec.total_env_steps, "keep_checkpoints": spec.keep_checkpoints,
         "max_iterations": spec.max_iterations if spec.total_env_steps is None else None,
     }  # fmt: skip
     assert vars(args) == expected
@@ -122,9 +126,10 @@ def test_an_argument_at_its_default_is_left_out_when_the_table_says_so():
     assert quiet, "the table has no argument written only when it differs from its default"
     for arg in quiet:
         assert arg.flag not in to_argv(values)
-        changed = next(choice for choice in arg.choices or () if choice != arg.default)
+        changed = next(choice for choice in arg.choices) if arg.choices else arg.default + 1
+        changed = changed if changed != arg.default else arg.choices[-1]  # type: ignore[index]
         argv = to_argv({**values, arg.name: changed})
-        assert argv[argv.index(arg.flag) + 1] == changed
+        assert argv[argv.index(arg.flag) + 1] == str(changed)
 
 
 @pytest.mark.parametrize(
@@ -142,3 +147,20 @@ def test_the_worker_refuses_what_the_table_forbids(argv, message, capsys):
         parse(build_parser(), [*BASE, *argv])
     assert exited.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_keep_checkpoints_reaches_the_checkpointer(tmp_path):
+    """The option added as one row: a rank told --keep-checkpoints 1 keeps one iter_<N>.pt (the
+    default, 3, would leave three of the four)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ISLAB_", "RANK", "WORLD_SIZE", "TORCHELASTIC"))}
+    command = [sys.executable, "-m", "islab.worker", *BASE[:-1], str(tmp_path), "--device", "cpu",
+               "--max-iterations", "4", "--checkpoint-interval", "1", "--keep-checkpoints", "1"]  # fmt: skip
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=300, env={**env, "ISLAB_THREADS_PER_RANK": "1"}
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(path.name for path in (tmp_path / "checkpoints").glob("*.pt")) == ["iter_4.pt", "latest.pt"]

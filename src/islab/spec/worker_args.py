@@ -110,6 +110,10 @@ WORKER_ARGS: tuple[WorkerArg, ...] = (
     WorkerArg("--distributed", "train across all ranks of the job", bool, default=False),
     WorkerArg("--checkpoint-interval", "write an islab checkpoint every N iterations (0: only after the last)",
               int, default=10, field="checkpoint_interval", metavar="N", minimum=0),
+    WorkerArg("--keep-checkpoints", "iter_<N>.pt checkpoints kept beside latest.pt: the newest N (0: only "
+              "latest.pt)", int, default=3, field="keep_checkpoints", emit=Emit.NOT_DEFAULT, metavar="N", minimum=0,
+              cli=Cli("Iteration checkpoints (checkpoints/iter_<N>.pt) kept beside latest.pt: the newest N, older ones "
+                      "are deleted as new ones are written; 0: only latest.pt.", shared=False)),  # only rank 0 writes
     WorkerArg("--logger", "wandb: rank 0 also logs every iteration to one Weights & Biases run per run directory",
               default="tensorboard", field="logger", emit=Emit.NOT_DEFAULT, choices=("tensorboard", "wandb")),
     # A collective waits as long as the rendezvous does: a vanished node fails the job, not hangs it.

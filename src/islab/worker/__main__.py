@@ -199,7 +199,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
     stop = StopRequest()
     adapter.checkpointer = Checkpointer(
-        collective, run_dir, run_identity, spec, interval=args.checkpoint_interval, stop=stop
+        collective,
+        run_dir,
+        run_identity,
+        spec,
+        interval=args.checkpoint_interval,
+        keep=args.keep_checkpoints,
+        stop=stop,
     )
     wandb_logger = None
     if args.logger == "wandb" and ctx.is_main:

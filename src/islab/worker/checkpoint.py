@@ -78,7 +78,7 @@ FORMAT = "islab-checkpoint/1"
 LATEST = rundir.LATEST_CHECKPOINT
 # Iterations between checkpoints (the last iteration is always checkpointed): the worker option's default.
 DEFAULT_INTERVAL: int = default_of("checkpoint_interval")
-DEFAULT_KEEP = 3  # iter_<N>.pt files kept beside latest.pt
+DEFAULT_KEEP: int = default_of("keep_checkpoints")  # iter_<N>.pt files kept beside latest.pt
 
 
 class CheckpointError(Exception):
