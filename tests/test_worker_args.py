@@ -164,3 +164,20 @@ def test_keep_checkpoints_reaches_the_checkpointer(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert sorted(path.name for path in (tmp_path / "checkpoints").glob("*.pt")) == ["iter_4.pt", "latest.pt"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "default", "value"), [(bool, False, True), (int, 0, 3), (float, 0.5, 2.5), (str, "a", "b")]
+)
+def test_a_rows_own_spec_field_has_the_rows_kind(kind, default, value):
+    """A row with ``cli`` becomes a spec field of its kind: a switch takes true/false, not text."""
+    from pydantic import ValidationError, create_model
+
+    from islab.launcher.spec import _worker_option_field
+    from islab.spec.worker_args import Cli, WorkerArg
+
+    row = WorkerArg("--x", "x", kind, default=default, field="x", cli=Cli("x"))
+    model = create_model("Model", x=_worker_option_field(row))
+    assert model().x == default and model(x=value).x == value
+    with pytest.raises(ValidationError):
+        model(x=[value])

@@ -29,6 +29,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StrictFloat,
     StrictInt,
     StrictStr,
@@ -155,7 +156,7 @@ class Rendezvous(_Frozen):
 
 def _worker_option_field(arg: WorkerArg) -> tuple[Any, Any]:
     """(annotation, default) of the spec field of a worker option declared only in its row."""
-    kind: Any = {int: StrictInt, float: StrictFloat}.get(arg.kind, StrictStr)
+    kind: Any = {int: StrictInt, float: StrictFloat, bool: StrictBool}.get(arg.kind, StrictStr)
     if arg.choices is not None:
         kind = Literal[arg.choices]  # type: ignore[valid-type]
     if arg.minimum is not None:
