@@ -36,6 +36,7 @@ from islab.spec.run_spec import (
     DEFAULT_MULTINODE_MASTER_PORT,
     RunSpec,
 )
+from islab.spec.worker_args import to_argv, values_from
 
 LOCALHOST = "127.0.0.1"
 RUN_DIR_TIME_FORMAT = "%Y-%m-%d_%H-%M-%S"
@@ -116,27 +117,9 @@ def entry_argv(spec: RunSpec) -> list[str]:
 
 
 def worker_args(spec: RunSpec, run_dir: str) -> list[str]:
-    """The worker command line of docs/ARCHITECTURE.md (after ``-m islab.worker`` / the script)."""
-    return [
-        "--lib", spec.lib,
-        "--ml-framework", spec.ml_framework,
-        "--task", spec.task,
-        *(["--task-module", spec.task_module] if spec.task_module is not None else []),
-        "--num-envs", str(spec.num_envs),
-        "--seed", str(spec.seed),
-        # the worker turns a budget into iterations once it knows the world size it got
-        *(["--total-env-steps", str(spec.total_env_steps)] if spec.total_env_steps is not None
-          else ["--max-iterations", str(spec.max_iterations)]),
-        "--device", spec.device,
-        "--run-dir", run_dir,
-        "--distributed",
-        "--checkpoint-interval", str(spec.checkpoint_interval),
-        *(["--logger", spec.logger] if spec.logger != "tensorboard" else []),
-        # a collective waits as long as the rendezvous does: a vanished node fails the job, not hangs it
-        "--peer-timeout", str(spec.rendezvous.timeout_s),
-        *(["--resume", spec.resume] if spec.resume is not None else []),
-        *spec.overrides,
-    ]  # fmt: skip
+    """The worker command line of docs/ARCHITECTURE.md (after ``-m islab.worker`` / the script),
+    written from the one table of worker arguments (:mod:`islab.spec.worker_args`)."""
+    return to_argv(values_from(spec.model_dump(), run_dir=run_dir, distributed=True))
 
 
 def budget_of(spec: RunSpec) -> Budget:

@@ -48,6 +48,7 @@ from islab.spec.run_spec import (
     RunSpec,
     parse_node_range,
 )
+from islab.spec.worker_args import default_of
 from islab.tasks import (
     TASKS,
     TaskRegistrationError,
@@ -328,17 +329,19 @@ def _announce_task_module(module: Any, origins: Mapping[str, str]) -> None:
 
 _FIELD_FIX = {
     "num_envs": "Give the number of parallel environments per rank, e.g. 4096",
-    "max_iterations": "Give the number of training iterations (each rank runs them all), e.g. 150",
+    "max_iterations": "Give the number of training iterations (each rank runs them all), "
+    f"e.g. {default_of('max_iterations')}",
     "total_env_steps": "Give the env steps to train, summed over all ranks, e.g. 1000000",
     "nnodes": "Give the number of machines, e.g. 2",
     "nproc_per_node": "Give the processes per node, e.g. --gpus 2 or --device cpu --nproc 2",
     "node_rank": "Give this node's index, 0 for the first node",
-    "seed": "Give a whole number ≥ 0, e.g. 42",
+    "seed": f"Give a whole number ≥ 0, e.g. {default_of('seed')}",
     "max_restarts": "Give a whole number ≥ 0, e.g. 0",
     "rendezvous.master_port": "Choose a port between 1 and 65535, e.g. 29500",
     "rendezvous.timeout_s": "Give the seconds node 0 waits for the other nodes, e.g. 300",
     "rendezvous.last_call_s": "Give the seconds an elastic c10d rendezvous waits for more nodes, e.g. 30",
-    "checkpoint_interval": "Give the iterations between checkpoints, e.g. 10 (0: only at the end)",
+    "checkpoint_interval": "Give the iterations between checkpoints, "
+    f"e.g. {default_of('checkpoint_interval')} (0: only at the end)",
     "hang_timeout_s": "Give the seconds without a finished iteration before the job is stopped, e.g. 600 (0: never)",
 }
 

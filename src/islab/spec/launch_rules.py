@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from islab.spec.issues import rule
+from islab.spec.worker_args import spec_options
 
 # What a launcher tells each rank about its job (torchrun, skrl's JAX launcher). A spec's env may not
 # set them (they would be overwritten or break the group), and a play/export process, a job of its
@@ -55,8 +56,12 @@ class LaunchFields(Protocol):
 # field must be classified. What may differ per node: its index, the interpreter's path and the
 # environment on that machine (NCCL_SOCKET_IFNAME names its interface), where it mounts the shared
 # log directory, and -- under torchrun, whose rendezvous sums the world size -- its process count.
-# hang_timeout_s: each node watches (and can only signal) its own ranks.
-PER_NODE_FIELDS: tuple[str, ...] = ("node_rank", "python", "env", "log_dir", "nproc_per_node", "hang_timeout_s")
+# hang_timeout_s: each node watches (and can only signal) its own ranks. A worker option declared
+# in islab.spec.worker_args is classified by its row (``Cli.shared``).
+PER_NODE_FIELDS: tuple[str, ...] = (
+    "node_rank", "python", "env", "log_dir", "nproc_per_node", "hang_timeout_s",
+    *(arg.name for arg in spec_options() if not arg.cli.shared),  # type: ignore[union-attr]
+)  # fmt: skip
 # What every node must agree on: nodes that differ here hang at the rendezvous or in a collective,
 # or train something else than node 0 (the budget, seeds, checkpoints, the entry point). The run
 # directory's name of a multi-node job is derived from these alone (islab.plan.plan.run_dir_for).
@@ -66,6 +71,7 @@ SHARED_FIELDS: tuple[str, ...] = (
     "checkpoint_interval", "logger", "entrypoint", "args", "isaaclab", "mjlab", "rendezvous.backend",
     "rendezvous.master_addr", "rendezvous.master_port", "rendezvous.endpoint", "rendezvous.id",
     "rendezvous.timeout_s", "rendezvous.last_call_s",
+    *(arg.name for arg in spec_options() if arg.cli.shared),  # type: ignore[union-attr]
 )  # fmt: skip
 
 

@@ -29,8 +29,11 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
+    StrictFloat,
     StrictInt,
     StrictStr,
+    create_model,
     field_serializer,
     field_validator,
     model_validator,
@@ -41,23 +44,24 @@ from islab.spec.addresses import is_valid_host, split_host_port
 from islab.spec.issues import mask_env, rule, suggest
 from islab.spec.launch_rules import JOB_VARIABLES, check_jax, check_torchrun
 from islab.spec.text import unsafe_character
+from islab.spec.worker_args import WorkerArg, choices_of, default_of, spec_options
 from islab.tasks import TASKS
 
 Lib = Literal[tuple(LIBRARIES)]  # type: ignore[valid-type]  # the library registry names them
 MLFramework = Literal[ML_FRAMEWORKS]  # type: ignore[valid-type]
-Device = Literal["cuda", "cpu"]
+Device = Literal[choices_of("device")]  # type: ignore[valid-type]  # the worker's argument lists them
 RdzvBackend = Literal["static", "c10d"]
-Logger = Literal["tensorboard", "wandb"]
+Logger = Literal[choices_of("logger")]  # type: ignore[valid-type]
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "lib": tuple(LIBRARIES),
     "ml_framework": ML_FRAMEWORKS,
-    "device": ("cuda", "cpu"),
+    "device": choices_of("device"),
     "rendezvous.backend": ("static", "c10d"),
-    "logger": ("tensorboard", "wandb"),
+    "logger": choices_of("logger"),
 }
 
-DEFAULT_TASK = "Islab-Cartpole-v0"
+DEFAULT_TASK: str = default_of("task")
 # Used for a multi-node static rendezvous that names no port: every node must agree on it without
 # talking to each other first, so it cannot be probed. It is torchrun's own default.
 DEFAULT_MULTINODE_MASTER_PORT = 29500
@@ -142,19 +146,38 @@ class Rendezvous(_Frozen):
         return value
 
 
-class RunSpec(_Frozen):
+def _worker_option_field(arg: WorkerArg) -> tuple[Any, Any]:
+    """(annotation, default) of the spec field of a worker option declared only in its row."""
+    kind: Any = {int: StrictInt, float: StrictFloat, bool: StrictBool}.get(arg.kind, StrictStr)
+    if arg.choices is not None:
+        kind = Literal[arg.choices]  # type: ignore[valid-type]
+    if arg.minimum is not None:
+        kind = Annotated[kind, Field(ge=arg.minimum)]
+    return (kind | None if arg.default is None else kind), arg.default
+
+
+# The fields of the worker options whose row in islab.spec.worker_args brings its own spec field
+# (``cli``): a new option is that row, not a row plus a field here.
+_WorkerOptions = create_model(  # type: ignore[call-overload]
+    "_WorkerOptions", __base__=_Frozen, **{arg.name: _worker_option_field(arg) for arg in spec_options()}
+)
+WORKER_OPTION_FIELDS: tuple[str, ...] = tuple(arg.name for arg in spec_options())
+
+
+class RunSpec(_WorkerOptions):  # type: ignore[misc, valid-type]
     """Everything needed to plan a launch. Immutable; built only through validation."""
 
-    lib: Lib = "rsl_rl"
-    ml_framework: MLFramework = "torch"
+    # The defaults of the settings a rank is told are the worker arguments' (islab.spec.worker_args).
+    lib: Lib = default_of("lib")
+    ml_framework: MLFramework = default_of("ml_framework")
     task: StrictStr = DEFAULT_TASK
     # A module that registers tasks without being installed (read statically here, imported by ranks).
     task_module: StrictStr | None = None
     num_envs: Count = TASKS[DEFAULT_TASK].default_num_envs
-    seed: NonNegative = 42
+    seed: NonNegative = default_of("seed")
     # Per run: every rank does this many updates. Ignored when ``total_env_steps`` is given (the
     # worker derives the iterations from it); giving both is an error.
-    max_iterations: Count = 150
+    max_iterations: Count = default_of("max_iterations")
     # A budget for the whole job: env steps summed over all ranks (see islab.spec.budget).
     total_env_steps: Count | None = None
     # The number of nodes; with ``nnodes: "MIN:MAX"`` (c10d only) this is MAX and ``min_nnodes`` is
@@ -164,7 +187,7 @@ class RunSpec(_Frozen):
     min_nnodes: Count | None = Field(default=None, exclude=True)
     nproc_per_node: Count = 1
     node_rank: NonNegative | None = None
-    device: Device = "cuda"
+    device: Device = default_of("device")
     rendezvous: Rendezvous = Field(default_factory=Rendezvous)
     max_restarts: NonNegative = 0
     coordinator_address: StrictStr | None = None
@@ -172,16 +195,16 @@ class RunSpec(_Frozen):
     run_name: StrictStr | None = None
     log_dir: StrictStr = "logs"
     python: StrictStr = sys.executable
-    overrides: tuple[StrictStr, ...] = ()
+    overrides: tuple[StrictStr, ...] = default_of("overrides")
     # Continue a run: its directory (training goes on in it) or a checkpoint file (a new run dir).
     resume: StrictStr | None = None
-    checkpoint_interval: NonNegative = 10
+    checkpoint_interval: NonNegative = default_of("checkpoint_interval")
     # Seconds without a finished iteration on any rank before the job counts as hung (our worker
     # only); None: the planner's default, scaled with the rendezvous timeout; 0: never.
     hang_timeout_s: NonNegative | None = None
     # Where rank 0 also logs each iteration: the libraries always write TensorBoard events; "wandb"
     # adds one Weights & Biases run per run directory (the [wandb] extra), continued by --resume.
-    logger: Logger = "tensorboard"
+    logger: Logger = default_of("logger")
     # Bring your own: what each rank runs instead of our worker ({script|module|command: NAME}, see
     # ENTRY_KINDS) and its arguments, passed verbatim (everything after ``--`` on the command line).
     entrypoint: Mapping[str, str] | None = None
@@ -476,10 +499,14 @@ def parse_node_range(text: str) -> tuple[int, int] | None:
 ENTRY_KINDS: tuple[str, ...] = ("script", "module", "command")
 WORKER_ONLY_FIELDS: tuple[str, ...] = (
     "task", "task_module", "num_envs", "max_iterations", "total_env_steps", "overrides", "resume",
-    "checkpoint_interval", "hang_timeout_s", "logger",
+    "checkpoint_interval", "hang_timeout_s", "logger", *WORKER_OPTION_FIELDS,
 )  # fmt: skip
 
-INPUT_FIELDS: tuple[str, ...] = tuple(name for name in RunSpec.model_fields if name != "min_nnodes")
+# The hand-written fields in their order, then the worker options' (their base class puts them first).
+INPUT_FIELDS: tuple[str, ...] = (
+    *(name for name in RunSpec.model_fields if name not in ("min_nnodes", *WORKER_OPTION_FIELDS)),
+    *WORKER_OPTION_FIELDS,
+)
 
 FIELDS: tuple[str, ...] = (
     *(name for name in INPUT_FIELDS if name != "rendezvous"),
