@@ -37,6 +37,7 @@ from pathlib import Path, PurePath
 from types import MappingProxyType
 from typing import Literal
 
+from islab import rundir
 from islab.agent_config import load_agent_config
 from islab.budget import Budget
 from islab.isaaclab_preset import tensorboard_root
@@ -147,8 +148,9 @@ def run_dir_for(spec: RunSpec, now: datetime, slurm_job_id: int | None = None) -
     directory each on its own, so its name must come from what they share, not from each node's
     clock: the rendezvous id (``--rdzv-id``; c10d under SLURM ``slurm-<job id>``), else a digest of the
     spec every node was given (identical launches without an id then share the directory)."""
-    if spec.resume is not None and Path(spec.resume).is_dir():
-        return str(spec.resume)
+    continued = rundir.continued_run_dir(spec.resume)
+    if continued is not None:
+        return continued
     if slurm_job_id is not None:
         leaf = f"slurm-{slurm_job_id}"
     elif spec.nnodes > 1:

@@ -20,21 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from islab.launcher.issues import SECRET_MASK, Issue
-from islab.rundir import LAUNCH_FILE
+from islab.rundir import LAUNCH_FILE, run_dir_of
 
 # What a checkpoint's state is shaped by (per-rank env count: one env state per environment).
 FROZEN_FIELDS: tuple[str, ...] = ("lib", "ml_framework", "task", "num_envs")
 _NOT_CARRIED = frozenset({"resume", "node_rank"})
 
-
-def run_dir_of(resume: str) -> Path | None:
-    """The run directory behind a ``--resume`` value: the directory itself, or the run holding a
-    ``checkpoints/<file>.pt``; None when there is no launch record to continue from."""
-    path = Path(resume)
-    for candidate in (path, path.parent.parent):
-        if (candidate / LAUNCH_FILE).is_file():
-            return candidate
-    return None
+__all__ = ["FROZEN_FIELDS", "frozen_field_issue", "run_dir_of", "stored_layer"]  # run_dir_of: islab.rundir
 
 
 def stored_layer(run_dir: Path) -> dict[str, tuple[Any, str]]:
