@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 import typer
 
 from islab.cli.options import BY_NAME, OPTIONS, signature
-from islab.launcher import doctor, doctor_report, slurm
+from islab.launcher import doctor, doctor_report
 from islab.launcher import plan as planner
 from islab.launcher.addresses import split_host_port
 from islab.launcher.issues import Issue, SpecError, mask_env
@@ -35,6 +35,7 @@ from islab.launcher.resolve import Provided, ResolvedSpec, Source, resolve_spec
 from islab.launcher.spec import RunSpec
 from islab.launcher.supervise import ConsoleOptions, run_plan
 from islab.launcher.torchrun import with_c10d_node_facts
+from islab.resolve.allocations import active_allocations
 from islab.rundir import rank_log, write_launch_record
 
 # The arguments after `--` (None: no `--` was given), set by islab.cli.run before click parses the rest.
@@ -124,8 +125,10 @@ def resolve(ctx: typer.Context, options: dict[str, Any], *, slurm_layer: Any = N
     try:
         cli_layer, env_layer = _layers(ctx, options)
         _apply_gpus(ctx, options.get("gpus"), cli_layer, env_layer)
-        slurm_layer = slurm_layer or _slurm_layer(options.get("slurm"))
-        return resolve_spec(cli_layer, env_layer, options.get("cluster"), slurm=slurm_layer)
+        # The scheduler allocations this process runs in (SLURM under srun or with --slurm), unless
+        # the caller plans one itself (sbatch plans the job's allocation before it exists).
+        allocations = active_allocations(options, os.environ) if slurm_layer is None else ()
+        return resolve_spec(cli_layer, env_layer, options.get("cluster"), slurm=slurm_layer, allocations=allocations)
     except SpecError as exc:
         fail(exc)
 
@@ -163,13 +166,6 @@ def _layers(ctx: typer.Context, values: dict[str, Any]) -> tuple[dict[str, Provi
         else:
             cli_layer[option.field] = Provided(value, option.flag)
     return cli_layer, env_layer
-
-
-def _slurm_layer(flag: bool | None) -> Any:
-    """The SLURM allocation's layer builder when SLURM mode is on (--slurm, or under srun)."""
-    if flag is False or (flag is None and not slurm.in_srun_step(os.environ)):
-        return None
-    return slurm.allocation_from_environ(os.environ).layer
 
 
 def slurm_job_of(resolved: ResolvedSpec) -> int | None:

@@ -34,10 +34,10 @@ from typing import Any
 
 from islab.launcher.addresses import join_host_port
 from islab.launcher.issues import Issue, SpecError
-from islab.launcher.resolve import Provided
 from islab.launcher.spec import RunSpec
 from islab.launcher.text import shell_join
 from islab.libs.registry import LIBRARIES, launcher_of
+from islab.resolve.layers import Provided
 from islab.stopping import PREEMPTED_EXIT_CODE
 
 PORT_BASE = 20000
