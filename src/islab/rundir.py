@@ -68,8 +68,8 @@ def logs_dir(run_dir: str | Path) -> Path:
     return Path(run_dir, LOGS_DIR)
 
 
-def rank_log(run_dir: str | Path, rank: int) -> Path:
-    """``logs/rank_<R>.log``: everything rank ``rank`` printed."""
+def rank_log(run_dir: str | Path, rank: int | str) -> Path:
+    """``logs/rank_<R>.log``: everything rank ``rank`` printed (``"<R>"`` in help texts)."""
     return logs_dir(run_dir) / f"rank_{rank}.log"
 
 
@@ -107,7 +107,7 @@ def history_checkpoints(run_dir: str | Path) -> dict[int, Path]:
 
 # -- what a path given by a user means: --resume RUN_DIR|FILE, play/export --checkpoint latest|best|PATH
 
-RESUME_FORMS = f"a checkpoint file nor a run directory with {CHECKPOINTS_DIR}/{LATEST_CHECKPOINT}"
+RESUME_FORMS = f"a checkpoint file nor a run directory with {CHECKPOINTS_DIR}/{LATEST_CHECKPOINT}"  # for messages
 
 
 def resume_source(path: str | Path) -> Path:
