@@ -34,7 +34,7 @@ from islab.plan.dry_run import format_json, format_text
 from islab.plan.launch_issues import launch_issues
 from islab.plan.launch_plan import LaunchPlan
 from islab.plan.torchrun import with_c10d_node_facts
-from islab.resolve import slurm
+from islab.resolve.allocations import active_allocations
 from islab.resolve.resolve import Provided, ResolvedSpec, Source, resolve_spec
 from islab.run.supervise import ConsoleOptions, run_plan
 from islab.rundir import rank_log, write_launch_record
@@ -129,8 +129,10 @@ def resolve(ctx: typer.Context, options: dict[str, Any], *, slurm_layer: Any = N
     try:
         cli_layer, env_layer = _layers(ctx, options)
         _apply_gpus(ctx, options.get("gpus"), cli_layer, env_layer)
-        slurm_layer = slurm_layer or _slurm_layer(options.get("slurm"))
-        return resolve_spec(cli_layer, env_layer, options.get("cluster"), slurm=slurm_layer)
+        # The scheduler allocations this process runs in (SLURM under srun or with --slurm), unless
+        # the caller plans one itself (sbatch plans the job's allocation before it exists).
+        allocations = active_allocations(options, os.environ) if slurm_layer is None else ()
+        return resolve_spec(cli_layer, env_layer, options.get("cluster"), slurm=slurm_layer, allocations=allocations)
     except SpecError as exc:
         fail(exc)
 
@@ -168,13 +170,6 @@ def _layers(ctx: typer.Context, values: dict[str, Any]) -> tuple[dict[str, Provi
         else:
             cli_layer[option.field] = Provided(value, option.flag)
     return cli_layer, env_layer
-
-
-def _slurm_layer(flag: bool | None) -> Any:
-    """The SLURM allocation's layer builder when SLURM mode is on (--slurm, or under srun)."""
-    if flag is False or (flag is None and not slurm.in_srun_step(os.environ)):
-        return None
-    return slurm.allocation_from_environ(os.environ).layer
 
 
 def slurm_job_of(resolved: ResolvedSpec) -> int | None:

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
+from islab import rundir
 from islab.cli.app import entry_args, fail, resolve, source_of, typer_app
 from islab.cli.options import OPTIONS, keyword, signature
 from islab.doctor import checks as doctor
@@ -120,7 +121,7 @@ SBATCH_OPTIONS = (
                 "--requeue",
                 help="#SBATCH --requeue and --signal=B:USR1@<--signal-before>: on SIGUSR1 (time limit near) "
                 "or SIGTERM (preemption, scontrol requeue) the ranks checkpoint and stop (exit 75); "
-                "the requeued job resumes from its run directory's checkpoints/latest.pt by itself.",
+                f"the requeued job resumes from its run directory's {rundir.latest_checkpoint('')} by itself.",
                 rich_help_panel=PANEL_SBATCH,
             ),
         ],
