@@ -172,16 +172,14 @@ def plan_steps(args: argparse.Namespace, gpus: int, has_collectives: bool) -> li
     islab = [args.python, "-m", "islab.cli"]
     work = args.work_dir
     every = rank_counts(args, gpus)[-1]
-    steps = [
-        Step("facts", "torch, CUDA, NCCL, JAX", [args.python, "-c", FACTS_PROBE], json_figures(
-            "torch", "cuda", "nccl", "devices", "names", "jax", "jax_devices")),  # fmt: skip
-        Step("doctor", "doctor", [*islab, "doctor", *placement(args, every), "--json"], json_figures("ok")),
-    ]
+    facts = json_figures("torch", "cuda", "nccl", "devices", "names", "jax", "jax_devices")
+    steps = [Step("facts", "torch, CUDA, NCCL, JAX", [args.python, "-c", FACTS_PROBE], facts)]
     if args.device == "cuda":
-        steps.insert(1, Step("facts", "nvidia-smi -L", ["nvidia-smi", "-L"]))
+        steps.append(Step("facts", "nvidia-smi -L", ["nvidia-smi", "-L"]))
+    steps.append(Step("doctor", "doctor", [*islab, "doctor", *placement(args, every), "--json"], json_figures("ok")))
     if has_collectives:
-        steps.append(Step("pre-flight", "collectives", [*islab, "doctor", "--collectives", *placement(args, every),
-                                                        "--json"], json_figures("ok", "all_reduce", "seconds")))  # fmt: skip
+        preflight = [*islab, "doctor", "--collectives", *placement(args, every), "--json"]
+        steps.append(Step("pre-flight", "collectives", preflight, json_figures("ok", "all_reduce", "seconds")))
     first_run: Path | None = None
     for lib in args.libs:
         for ranks in rank_counts(args, gpus):
@@ -193,17 +191,18 @@ def plan_steps(args: argparse.Namespace, gpus: int, has_collectives: bool) -> li
             first_run = first_run or log_dir
     if first_run is not None:
         run = str(first_run / "**")  # resolved when the step runs (the run directory has a time in its name)
+        played = json_figures("return", "episodes", "device")
         for device in dict.fromkeys((args.device, "cpu")):
-            steps.append(Step("policy", f"play on {device}", [*islab, "play", run, "--device", device, "--episodes",
-                                                              "32", "--json"], json_figures("return", "episodes", "device")))  # fmt: skip
+            play = [*islab, "play", run, "--device", device, "--episodes", "32", "--json"]
+            steps.append(Step("policy", f"play on {device}", play, played))
         steps.append(Step("policy", "export", [*islab, "export", run]))
-    steps.append(Step("host syncs", "per env step", [args.python, "-m", "islab.envs.host_syncs", "--device",
-                                                     args.device, "--json"], json_figures("islab_per_step", "per_iteration")))  # fmt: skip
+    syncs = [args.python, "-m", "islab.envs.host_syncs", "--device", args.device, "--json"]
+    steps.append(Step("host syncs", "per env step", syncs, json_figures("islab_per_step", "per_iteration")))
     if not args.skip_bench:
         bench_out = work / "bench"
-        steps.append(Step("bench", "env + train", [args.python, str(REPO / "scripts" / "bench.py"), "--device",
-                                                   args.device, "--sections", "env", "train", "--out",
-                                                   f"{bench_out}.md", "--json", f"{bench_out}.json"]))  # fmt: skip
+        bench = [args.python, str(REPO / "scripts" / "bench.py"), "--device", args.device,
+                 "--sections", "env", "train", "--out", f"{bench_out}.md", "--json", f"{bench_out}.json"]  # fmt: skip
+        steps.append(Step("bench", "env + train", bench))
     return steps
 
 

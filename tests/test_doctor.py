@@ -96,8 +96,9 @@ def test_the_jax_cuda_pin_is_the_jax_version_ci_tests():
 
     repo = Path(__file__).resolve().parent.parent
     assert f"jax=={JAX_TESTED_VERSION}\n" in (repo / ".ci" / "constraints.txt").read_text()
-    assert JAX_CUDA_INSTALL == f'pip install "jax[cuda12]=={JAX_TESTED_VERSION}"'
-    assert f'pip install "jax[cuda12]=={JAX_TESTED_VERSION}"' in (repo / "README.md").read_text()
+    pinned = f'pip install "jax[cuda12]=={JAX_TESTED_VERSION}"'
+    assert pinned == JAX_CUDA_INSTALL
+    assert pinned in (repo / "README.md").read_text()
 
 
 def test_backend_nccl_for_gpus_gloo_for_cpu():
