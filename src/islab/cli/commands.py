@@ -24,7 +24,6 @@ from islab.launcher.issues import SpecError
 from islab.launcher.probes import find_free_port
 from islab.policy import cli_commands as policy_commands
 
-SUBCOMMANDS = ("doctor", "sbatch", "tasks", "play", "export")
 PANEL_DOCTOR = "Doctor"
 PANEL_SBATCH = "Batch script"
 
