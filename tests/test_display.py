@@ -263,3 +263,13 @@ def test_rank_info_records_and_colour_codes_stay_off_plain_consoles(tmp_path):
     view = RunView(str(tmp_path), sink, live=False, interval_s=3600)
     view.emit("[rank 0] " + info, sink)  # what --all-ranks shows
     assert sink.getvalue() == "[rank 0] [skrl:INFO] Seeding: 42\n"
+
+
+def test_a_script_without_readable_progress_finishes_as_a_success(tmp_path):
+    """No summary.json and no TensorBoard scalars (a user's script): the end says it finished and
+    where its run directory is, in words that do not read like a failure."""
+    out = io.StringIO()
+    display.finish(str(tmp_path), out, tty=False, resume=None, records=[])
+    text = out.getvalue()
+    assert "finished (every rank exited 0)" in text and str(tmp_path) in text
+    assert "no summary.json" not in text and "error" not in text.lower()

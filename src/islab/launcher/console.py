@@ -35,7 +35,6 @@ from typing import IO, Any, Literal
 from islab.rundir import (
     CURVES_FILE,
     SUMMARY_CHECKPOINT,
-    SUMMARY_FILE,
     ProgressReader,
     curves_path,
     progress_path,
@@ -385,8 +384,11 @@ def finish(run_dir: str, out: IO[str], *, tty: bool, resume: str | None, records
             rows.append(("curves", str(curves)))
         render_summary(rows, out, tty=tty)
         return
-    if summary is None:
-        out.write(f"islab-train: finished; no {SUMMARY_FILE} in {run_dir}\n")
+    if summary is None:  # a user's script that logs no TensorBoard scalars: a success all the same
+        out.write(
+            f"islab-train: finished (every rank exited 0). Run directory: {run_dir} -- the entry point "
+            "reported no progress islab can read (TensorBoard scalars), so there is no summary table.\n"
+        )
         return
     rows = summary_rows(summary, run_dir, resume)
     if curves is not None:
