@@ -130,9 +130,17 @@ def format_return(value: float | None) -> str:
 
 
 def eta_s(record: Mapping[str, Any]) -> float | None:
-    """Remaining time at the average pace so far: time_s / iteration x iterations left."""
+    """Remaining time at the pace of the latest iteration (env steps per iteration / its steps/s):
+    the average since the start would carry the first iteration's one-off warm-up (compilation,
+    allocation) into every estimate -- a 23-minute first ETA for a 2-minute run. Without a rate,
+    the average pace so far."""
     iteration, total, elapsed = record.get("iteration"), record.get("max_iterations"), record.get("time_s")
-    if not iteration or not total or elapsed is None or iteration <= 0:
+    if not iteration or not total or iteration <= 0:
+        return None
+    env_steps, rate = record.get("env_steps"), record.get("steps_per_s")
+    if env_steps and rate and rate > 0:
+        return max(0.0, float(env_steps) / iteration / float(rate) * (total - iteration))
+    if elapsed is None:
         return None
     return max(0.0, float(elapsed) / iteration * (total - iteration))
 
