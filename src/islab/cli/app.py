@@ -53,7 +53,10 @@ def entry_args() -> list[str] | None:
 
 PROG = "islab-train"
 
-EPILOG = """\
+# The subcommands beside the training command (islab.cli.commands registers each; --help lists them).
+SUBCOMMANDS = ("doctor", "sbatch", "tasks", "play", "export")
+
+EPILOG = f"""\
 [bold]Examples[/bold]
 
   [dim]# one workstation, 2 GPUs[/dim]
@@ -69,7 +72,7 @@ EPILOG = """\
   islab-train --lib rl_games --device cpu --nproc 2 --num-envs 256 params.config.minibatch_size=512
 
   [dim]# Isaac Sim's interpreter runs the launcher and the ranks[/dim]
-  islab-train --python ${ISAACSIM_PYTHON_EXE} --gpus all
+  islab-train --python ${{ISAACSIM_PYTHON_EXE}} --gpus all
 
   [dim]# check this node first (GPUs, NCCL, address/port, interfaces, versions, driver, disk)[/dim]
   islab-train doctor --cluster configs/cluster/two-node-static.yaml --node-rank 1
@@ -83,7 +86,7 @@ EPILOG = """\
   [dim]# which tasks exist, and for which libraries[/dim]
   islab-train tasks
 
-Commands: islab-train doctor | sbatch | tasks (each has --help).
+Commands: islab-train {" | ".join(SUBCOMMANDS)} (each has --help).
 Precedence: command line > SLURM allocation (--slurm / under srun) > ISLAB_* environment
 > --cluster YAML > defaults.
 Exit codes: 0 ok / dry run, 2 bad spec (nothing started), else the training's status

@@ -29,7 +29,6 @@ from islab.policy import cli_commands as policy_commands
 from islab.resolve import slurm
 from islab.spec.issues import SpecError
 
-SUBCOMMANDS = ("doctor", "sbatch", "tasks", "play", "export")
 PANEL_DOCTOR = "Doctor"
 PANEL_SBATCH = "Batch script"
 
