@@ -59,6 +59,8 @@ CURVES_FILE = "curves.png"
 EVAL_FILE = "eval.json"
 EXPORT_DIR = "exported"
 WANDB_RUN_ID_FILE = "wandb_run_id"
+PREFLIGHT_FILE = "preflight.json"
+PREFLIGHT_DIR = "preflight"  # the probe's rank logs (NCCL_DEBUG=INFO output)
 
 
 # -- paths ---------------------------------------------------------------------------------------
@@ -172,6 +174,10 @@ def heartbeat_path(run_dir: str | Path, rank: int) -> Path:
 
 def summary_path(run_dir: str | Path) -> Path:
     return Path(run_dir, SUMMARY_FILE)
+
+
+def preflight_path(run_dir: str | Path) -> Path:
+    return Path(run_dir) / PREFLIGHT_FILE
 
 
 def curves_path(run_dir: str | Path) -> Path:
