@@ -84,7 +84,7 @@ def missing_onnx_modules() -> list[str]:
 
 
 def onnx_skipped_note(missing: list[str]) -> str:
-    from islab.launcher.resolve import install_extra_hint
+    from islab.resolve.resolve import install_extra_hint
 
     return f"policy.onnx not written: {', '.join(missing)} not installed. {install_extra_hint('onnx')}"
 
