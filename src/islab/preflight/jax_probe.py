@@ -16,6 +16,7 @@ import statistics
 import time
 from typing import Any
 
+from islab.preflight.identity import identity
 from islab.preflight.report import PROBLEM_EXIT, build_report, identity_problems, write_report
 
 IDENTITY_BYTES = 4096  # identities travel as fixed-size byte rows (process_allgather needs one shape)
@@ -37,7 +38,6 @@ def jax_probe(args: argparse.Namespace) -> int:
     import jax
     import jax.numpy as jnp
 
-    from islab.preflight.probe import identity
     from islab.worker.context import RankContext
 
     started = time.perf_counter()

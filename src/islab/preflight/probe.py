@@ -24,9 +24,7 @@ guessing); an exception (a rank that never arrived, a broken transport) is the l
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import socket
 import statistics
 import sys
 import time
@@ -34,7 +32,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from islab.preflight.report import FIELDS_VARIABLE, PROBLEM_EXIT, build_report, identity_problems, write_report
+from islab.preflight.identity import identity
+from islab.preflight.report import PROBLEM_EXIT, build_report, identity_problems, write_report
 
 SIZES_BYTES = (4, 4096, 262_144, 4_194_304, 67_108_864)
 
@@ -46,25 +45,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to join and for each collective")
     parser.add_argument("--max-bytes", type=int, default=SIZES_BYTES[-1], help="largest all-reduce")
     return parser.parse_args(argv)
-
-
-def identity(ctx: Any) -> dict[str, Any]:
-    import torch
-
-    gpu_uuid = nccl = None
-    if ctx.device.startswith("cuda"):
-        gpu_uuid = str(torch.cuda.get_device_properties(torch.device(ctx.device)).uuid)
-        nccl = ".".join(map(str, torch.cuda.nccl.version()))
-    return {
-        "rank": ctx.rank,
-        "host": socket.gethostname(),
-        "local_rank": ctx.local_rank,
-        "device": ctx.device,
-        "gpu_uuid": gpu_uuid,
-        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "nccl": nccl,
-        "fields": json.loads(os.environ.get(FIELDS_VARIABLE) or "{}"),
-    }
 
 
 def timed_all_reduce(size_bytes: int, ctx: Any) -> dict[str, Any]:
