@@ -401,19 +401,30 @@ main()
 """
 
 
-def test_real_torchrun_failure_is_named_from_the_error_file(tmp_path):
+def test_real_torchrun_failure_is_named_from_the_error_file(tmp_path, monkeypatch):
+    # A temporary root of this test's own: other runs on the machine make islab-torchrun-* folders too.
+    temp_root = tmp_path / "tmp"
+    temp_root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp_root))
+    made: list[str] = []
+    real_mkdtemp = tempfile.mkdtemp
+
+    def recording_mkdtemp(*args, **kwargs):
+        made.append(real_mkdtemp(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(tempfile, "mkdtemp", recording_mkdtemp)
     script = tmp_path / "rank.py"
     script.write_text(RECORDED_RANK)
     argv = [PY, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--nnodes", "1", "--node_rank", "0",
             "--master_addr", "127.0.0.1", "--master_port", str(probes.find_free_port()), str(script)]  # fmt: skip
-    log_dirs = Path(tempfile.gettempdir()).glob("islab-torchrun-*")
-    before = set(log_dirs)
     code, _, err = run_quiet(launcher_plan(argv, str(tmp_path / "run")))
     assert code == 1, err
     error = err.rstrip().splitlines()[-1]
     assert "rank 1 failed with RuntimeError: boom, told by the error file" in error, err
-    # torchrun's --log-dir of this launch is gone (others may be left by jobs that were SIGKILLed)
-    assert set(Path(tempfile.gettempdir()).glob("islab-torchrun-*")) <= before
+    # torchrun's --log-dir of this launch was made under the test's own root, and is gone
+    assert [Path(d).parent for d in made if Path(d).name.startswith("islab-torchrun-")] == [temp_root]
+    assert list(temp_root.glob("islab-torchrun-*")) == []
 
 
 def test_a_skrl_jax_rank_gets_an_error_file_and_is_named_from_it(tmp_path):
