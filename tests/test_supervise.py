@@ -261,30 +261,6 @@ def test_child_ignoring_the_signal_is_killed_after_the_grace_period(tmp_path, si
 # ----------------------------------------------------------------------------------------------
 
 
-class FakeRun:
-    def __init__(self, stdout: str, returncode: int = 0):
-        self.stdout, self.returncode = stdout, returncode
-
-    def __call__(self, *args: object, **kwargs: object) -> FakeRun:
-        return self
-
-
-@pytest.mark.parametrize(
-    ("visible", "expected"),
-    [("0,1", 2), ("0", 1), ("", 0), ("-1", 0), ("0,-1,2", 1), ("GPU-aaaa,GPU-bbbb,GPU-cccc", 3)],
-)
-def test_visible_gpu_count_honours_cuda_visible_devices(visible, expected):
-    never = FakeRun("GPU 0: X\nGPU 1: Y\nGPU 2: Z\nGPU 3: W\n")
-    assert probes.visible_gpu_count({"CUDA_VISIBLE_DEVICES": visible}, lambda _: "/bin/nvidia-smi", never) == expected
-
-
-def test_visible_gpu_count_from_nvidia_smi_or_zero():
-    listing = FakeRun("GPU 0: NVIDIA H100 (UUID: GPU-1)\nGPU 1: NVIDIA H100 (UUID: GPU-2)\n")
-    assert probes.visible_gpu_count({}, lambda _: "/usr/bin/nvidia-smi", listing) == 2
-    assert probes.visible_gpu_count({}, lambda _: None, listing) == 0
-    assert probes.visible_gpu_count({}, lambda _: "/usr/bin/nvidia-smi", FakeRun("", 9)) == 0
-
-
 def test_free_port_probe_and_port_in_use():
     port = probes.find_free_port()
     assert probes.port_is_free(port)
