@@ -4,7 +4,7 @@ from fakes of what it asks: NVML (nvidia-ml-py's pynvml module), a torch child p
 What must hold: a MIG GPU gives a process one CUDA device however many instances it has (and none
 without one); CUDA_VISIBLE_DEVICES selects by index or UUID and stops at the first entry naming
 nothing; NVML missing -> the torch probe's count; torch missing too -> nvidia-smi -L; nvidia-smi
-missing -> 0; no NVIDIA device node -> 0 without asking anything."""
+missing -> 0; no NVIDIA device node -> CUDA_VISIBLE_DEVICES's entries (else 0) without asking anything."""
 
 from __future__ import annotations
 
@@ -164,4 +164,12 @@ def test_hidden_gpus_or_no_device_node_is_zero_without_asking(visible) -> None:
     run = FakeRun(python=("4\n", 0), nvidia_smi=(SMI_MIG, 0))
     assert count({"CUDA_VISIBLE_DEVICES": visible}, run, nvml=lambda: [PhysicalGpu("GPU-a")]) == 0
     assert count({}, run, nvml=lambda: [PhysicalGpu("GPU-a")], device_node=False) == 0
+    assert run.asked == []
+
+
+@pytest.mark.parametrize(("visible", "expected"), [("0,1,2", 3), ("0,-1,2", 1), ("GPU-aaaa,GPU-bbbb", 2)])
+def test_without_a_device_node_cuda_visible_devices_is_taken_at_its_word(visible, expected) -> None:
+    """Planning on a machine without GPUs for one that has them: nothing to ask, the entries count."""
+    run = FakeRun(python=("0\n", 0), nvidia_smi=(SMI_MIG, 0))
+    assert count({"CUDA_VISIBLE_DEVICES": visible}, run, nvml=lambda: [], device_node=False) == expected
     assert run.asked == []

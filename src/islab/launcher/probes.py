@@ -161,6 +161,16 @@ def _named_device(gpus: list[PhysicalGpu], entry: str) -> tuple[str, bool] | Non
     return None
 
 
+def listed_devices(cuda_visible_devices: str | None) -> int:
+    """The entries of CUDA_VISIBLE_DEVICES up to the first invalid one (CUDA stops there); 0 unset."""
+    count = 0
+    for entry in (part.strip() for part in (cuda_visible_devices or "").split(",")):
+        if not entry or entry.startswith("-"):
+            break
+        count += 1
+    return count
+
+
 CUDA_COUNT_PROBE = "import torch; print(torch.cuda.device_count())"
 
 
@@ -210,8 +220,9 @@ def visible_gpu_count(
 ) -> int:
     """The CUDA devices a rank will see, counted before launch without importing torch here.
 
-    In order: CUDA_VISIBLE_DEVICES hiding every GPU ("" or "-1") or no NVIDIA device node
-    (/dev/nvidiactl, which CUDA needs) -> 0, at no cost; NVML when nvidia-ml-py is installed
+    In order: CUDA_VISIBLE_DEVICES hiding every GPU ("" or "-1") -> 0; no NVIDIA device node
+    (/dev/nvidiactl, which CUDA needs) -> the entries of CUDA_VISIBLE_DEVICES, else 0, at no
+    cost; NVML when nvidia-ml-py is installed
     (MIG-aware, :func:`cuda_device_count`); else ``torch.cuda.device_count()`` in a child
     process with ``python`` in ``environ`` (a second or two); else ``nvidia-smi -L``.
     """
@@ -219,7 +230,9 @@ def visible_gpu_count(
     if visible is not None and (not visible.strip() or visible.strip().startswith("-")):
         return 0
     if not exists("/dev/nvidiactl"):
-        return 0
+        # Nothing to ask here. A CUDA_VISIBLE_DEVICES is then the user's word for the GPUs the ranks
+        # will have (a plan made for another machine): its entries up to the first invalid one.
+        return listed_devices(visible)
     gpus = nvml()
     if gpus is not None:
         return cuda_device_count(gpus, visible)
