@@ -2,6 +2,9 @@
 ``ISLAB_SYNC`` mode, from a fixed seed; tests/test_fused_sync.py runs it once per mode and compares.
 Every ``torch.distributed`` collective is counted in-process (the bench probe's list of them).
 
+A library's ``run`` with ``preemption`` gets the worker's checkpointer and its per-iteration
+preemption agreement (a collective, unless the library path folds it into one of its own).
+
 Result per rank (``<out>/<mode>/rank_<r>.pt``, weights_only), per library: the policy state, the
 collective calls of each iteration after the first (and the names in the last one), the learning
 rate after each iteration, and whether the adapter took the fused path.
@@ -76,6 +79,16 @@ def train_one(ctx: Any, lib: str, run: dict[str, Any], out_dir: Path, counter: l
     env = make_env(TASK, run["num_envs"], ctx.device, seed=ctx.seed)
     agent_cfg = load_agent_config(lib, TASK, tuple(run.get("overrides", ())))
     adapter = load_adapter(lib, run.get("framework", "torch"))(ctx, env, agent_cfg, out_dir / lib)
+    if run.get("preemption"):
+        # What the worker attaches: a checkpointer whose StopRequest the ranks agree on every iteration.
+        from islab.worker.checkpoint import Checkpointer, identity
+        from islab.worker.collectives import collective_for
+        from islab.worker.preemption import StopRequest
+
+        run_identity = identity(lib, run.get("framework", "torch"), TASK, (4,), (1,))
+        adapter.checkpointer = Checkpointer(
+            collective_for(ctx), out_dir / lib, run_identity, {}, interval=0, stop=StopRequest()
+        )
     marks: list[int] = []
     rates: list[float] = []
     track_iterations(adapter, counter, marks, rates)

@@ -62,7 +62,7 @@ def test_gpus_are_counted_as_the_ranks_runtime_sees_them():
     two = spec(device="cuda", nproc_per_node=2)
     short = doctor.check_gpus(two, 2, runtime(cuda_devices=1))
     assert short.status == "fail" and "--gpus 1" in short.fix
-    assert "ranks' interpreter sees 1" in short.detail and "suggest 2" in short.detail
+    assert "ranks' interpreter sees 1" in short.detail and "the launcher counted 2" in short.detail
     assert doctor.check_gpus(two, 1, runtime(cuda_devices=2)).status == "pass"
     assert doctor.check_gpus(two, 2, runtime(cuda_devices=None)).status == "pass"  # not probed: the cheap count
 

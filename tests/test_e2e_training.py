@@ -93,6 +93,16 @@ def test_two_cpu_ranks_train_and_hold_the_same_policy(tmp_path: Path, lib: str, 
 
     digests = [json.loads((run_dir / "digests" / f"rank_{r}.json").read_text())["policy_sha256"] for r in (0, 1)]
     assert digests[0] == digests[1], "the two ranks ended with different policies"
+    # ... from envs seeded apart (seed + rank): the env generators differ before the first step
+    starts = [env_generator_at_start(run_dir, rank) for rank in (0, 1)]
+    assert starts[0] != starts[1], f"both ranks' envs started from the same generator state {starts[0]}"
+
+
+def env_generator_at_start(run_dir: Path, rank: int) -> str:
+    prefix = f"[islab] rank {rank} env generator at start: "
+    log = (run_dir / "logs" / f"rank_{rank}.log").read_text()
+    (line,) = [line for line in log.splitlines() if line.startswith(prefix)]
+    return line.removeprefix(prefix)
 
 
 @pytest.mark.slow

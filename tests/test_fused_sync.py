@@ -68,7 +68,11 @@ def check_library(
     if learns_as_stock:
         assert fused["rates"] == stock["rates"], f"{lib}: the adaptive learning rate took other decisions"
         assert diff <= ATOL, f"{lib}: fused policy differs from stock by {diff}"
-    return {"stock_calls": stock["calls"][0], "fused_calls": fused["calls"][0], "max_abs_diff": diff}
+    return {
+        "stock_calls": stock["calls"][0], "fused_calls": fused["calls"][0], "stock_names": stock["names"],
+        "fused_names": fused["names"],
+        "max_abs_diff": diff,
+    }  # fmt: skip
 
 
 @pytest.mark.slow
@@ -96,17 +100,23 @@ def test_fused_sync_of_rsl_rl_meets_the_bound_on_the_installed_version(tmp_path:
 
 @pytest.mark.slow
 def test_fused_sync_matches_stock_for_rl_games_and_skrl(tmp_path: Path) -> None:
+    """With the worker's checkpointer and its per-iteration preemption agreement, as a real run."""
     libs = {
-        "rl_games": {"num_envs": NUM_ENVS, "iterations": 2, "overrides": ["params.config.minibatch_size=512"]},
-        "skrl": {"num_envs": NUM_ENVS, "iterations": 2, "overrides": ["agent.learning_epochs=2"]},
+        "rl_games": {"num_envs": NUM_ENVS, "iterations": 2, "overrides": ["params.config.minibatch_size=512"],
+                     "preemption": True},
+        "skrl": {"num_envs": NUM_ENVS, "iterations": 2, "overrides": ["agent.learning_epochs=2"], "preemption": True},
     }  # fmt: skip
     results = both_modes(tmp_path, libs)
     games = check_library(results, "rl_games", updates=8 * 2)
-    # stock: 3 per update, 1 KL per mini-epoch, 1 per normalizer update (16 obs + 2 value), should_exit
-    assert (games["stock_calls"], games["fused_calls"]) == (3 * 16 + 8 + 18 + 1, 16 + 2)
+    # stock: 3 per update, 1 KL per mini-epoch, 1 per normalizer update (16 obs + 2 value), should_exit,
+    # the preemption agreement; fused: 1 per update, the normalizers' all-reduce carrying the
+    # preemption ballots, should_exit
+    assert (games["stock_calls"], games["fused_calls"]) == (3 * 16 + 8 + 18 + 1 + 1, 16 + 2), games
+    assert games["fused_names"].count("all_reduce") == 16 + 1, games["fused_names"]
     skrl = check_library(results, "skrl", updates=2 * 8)
-    # stock: gradients per update, KL per epoch, 1 all_gather per normalizer update (8 obs + 2 value)
-    assert (skrl["stock_calls"], skrl["fused_calls"]) == (16 + 2 + 10, 16 + 1)
+    # stock: gradients per update, KL per epoch, 1 all_gather per normalizer update (8 obs + 2 value),
+    # the preemption agreement (skrl makes no per-iteration all-reduce of its own to carry it)
+    assert (skrl["stock_calls"], skrl["fused_calls"]) == (16 + 2 + 10 + 1, 16 + 1 + 1)
     assert games["max_abs_diff"] == 0.0 and skrl["max_abs_diff"] == 0.0  # same arithmetic, same bits
 
 
@@ -118,3 +128,25 @@ def test_fused_sync_matches_stock_for_skrl_jax(tmp_path: Path) -> None:
     # stock: policy and value psums per update, KL psum per epoch, 10 normalizer all_gathers
     assert (jax_skrl["stock_calls"], jax_skrl["fused_calls"]) == (2 * 16 + 2 + 10, 16 + 1)
     assert jax_skrl["max_abs_diff"] == 0.0
+
+
+@pytest.mark.slow
+def test_fused_ranks_keep_one_learning_rate_over_many_iterations(tmp_path: Path) -> None:
+    """The fused KL is the ranks' average: each rank's adaptive schedule sees the same value and
+    takes the same decision at every update. The ranks' own KLs differ (their envs are seeded
+    apart), so a rank that scheduled from its local KL would drift off within a few iterations
+    (measured on a planted bug: skrl 0.0016875 vs 0.0025313 at iteration 3): 12 iterations, each
+    rank's rate after every one, compared, and the schedule must have moved the rate at all."""
+    libs = {
+        # rl_games' KLs here are mostly 0.001-0.005 (measured), under its 0.008 threshold's band, so
+        # its rate would sit at the maximum: a threshold inside the band makes it move both ways
+        "rl_games": {"num_envs": NUM_ENVS, "iterations": 12,
+                     "overrides": ["params.config.minibatch_size=512", "params.config.kl_threshold=0.003"]},
+        "skrl": {"num_envs": NUM_ENVS, "iterations": 12, "overrides": ["agent.learning_epochs=2"]},
+    }  # fmt: skip
+    ranks = run_two_ranks({"seed": 5, "libs": libs, "out": str(tmp_path), "mode": "fused"})
+    for lib in libs:
+        rates = [ranks[r][lib]["rates"] for r in (0, 1)]
+        assert ranks[0][lib]["fused"] and len(rates[0]) == 12, lib
+        assert len(set(rates[0])) > 1, f"{lib}: the schedule never moved the rate, so this test could not fail"
+        assert rates[0] == rates[1], f"{lib}: the ranks' learning rates split: {rates}"

@@ -150,3 +150,16 @@ def test_global_normalizer_is_identical_across_ranks_and_combines_all_data(tmp_p
         reference(torch.cat([_batch(generator, rank) for rank, generator in enumerate(generators)]))
     for key, value in reference.state_dict().items():
         torch.testing.assert_close(rank0[key], value, rtol=1e-6, atol=1e-7)  # float32 batch moments
+
+
+def test_the_best_reward_survives_a_resume(tmp_path: Path) -> None:
+    """rl_games' train() forgets the best mean reward; a resumed run must go on from the restored
+    one, or its first epoch would count as "best" and overwrite the best checkpoint."""
+    first = build(tmp_path / "first", num_envs=16)
+    first.train(1)
+    state = first.library_state()
+    state["last_mean_rewards"] = 1.0e6  # a best no Cartpole epoch can beat
+    second = build(tmp_path / "second", num_envs=16, seed=3)
+    second.load_library_state(state)
+    second.train(1)
+    assert second.library_state()["last_mean_rewards"] == 1.0e6

@@ -197,6 +197,8 @@ def test_jax_multinode_ranks_match_what_skrls_launcher_would_set(monkeypatch):
         for rank, skrl_env in zip(node.ranks, captured["envs"], strict=True):
             jax_vars = {k: v for k, v in skrl_env.items() if k.startswith("JAX_") and k != "JAX_PLATFORMS"}
             ours = {k: v for k, v in rank.env.items() if k.startswith("JAX_") and k != "JAX_PLATFORMS"}
+            # One variable is ours: the ranks of this node, which skrl's launcher does not export.
+            assert ours.pop("JAX_LOCAL_WORLD_SIZE") == "2"
             assert ours == jax_vars
         assert [r.global_rank for r in node.ranks] == [node.node_rank * 2, node.node_rank * 2 + 1]
     assert plan.nodes[1].ranks[1].env["JAX_RANK"] == "3"

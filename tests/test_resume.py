@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -162,7 +163,7 @@ def worker(*args: str, torchrun: int = 0, wrapper: tuple[str, ...] = ()) -> subp
 # system, while rank 0 and the rest of the file system (the new run directory) are shared.
 HIDE_FROM_OTHER_RANKS = """
 hidden=$1; shift
-if [ "$RANK" != 0 ]; then
+if [ "${{RANK:-$JAX_RANK}}" != 0 ]; then  # torchrun sets RANK, the JAX ranks JAX_RANK
     exec {unshare} --mount --propagation private -- sh -c \\
         'mount -t tmpfs -o size=1m islab-hidden "$0" && [ -z "$(ls -A "$0")" ] && exec "$@"' "$hidden" "$@"
 fi
@@ -184,6 +185,21 @@ def hiding_unshare(probe_dir: Path) -> list[str] | None:
         if done.returncode == 0:
             return unshare
     return None
+
+
+def wait_for_ranks(ranks: list[subprocess.Popen], timeout_s: float) -> list[int | None]:
+    """Every rank's exit code; when one fails, the others are killed (a JAX rank whose peer died
+    waits for it forever), and so are all after ``timeout_s`` (None: killed)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(rank.poll() is None for rank in ranks):
+        if any(rank.poll() not in (None, 0) for rank in ranks):
+            break
+        time.sleep(0.5)
+    codes = [rank.poll() for rank in ranks]
+    for rank in ranks:
+        rank.kill()  # SIGKILL: the worker takes SIGTERM as a preemption
+        rank.wait()
+    return codes
 
 
 def test_worker_refuses_a_checkpoint_of_another_library(tmp_path: Path) -> None:
@@ -249,23 +265,34 @@ def test_two_torchrun_ranks_resume_what_rank0_reads(tmp_path: Path) -> None:
 @pytest.mark.needs("jax")
 def test_two_skrl_jax_ranks_resume_what_rank0_reads(tmp_path: Path) -> None:
     """skrl-JAX ranks have no torch process group: the checkpoint bytes and the RNG states travel
-    through jax.experimental.multihost_utils instead."""
+    through jax.experimental.multihost_utils instead. The two ranks are started as skrl's launcher
+    starts them (its JAX_* variables), rank 1 in a mount namespace where the first run's directory
+    is an empty tmpfs: it can only have the checkpoint from rank 0's broadcast."""
     from islab.worker import ENTRY_SCRIPT
 
+    unshare = hiding_unshare(tmp_path / "probe")
+    require(None if unshare else "cannot mount in a mount namespace here (unshare, root or user namespaces)",
+            in_ci=AS_ROOT_IN_CI)  # fmt: skip
     first = worker("--lib", "skrl", "--ml-framework", "jax", "--max-iterations", "1",
                    "--run-dir", str(tmp_path / "first"))  # fmt: skip
     assert first.returncode == 0, first.stderr[-3000:]
     port = port_for_a_child()
     run_dir = tmp_path / "second"
-    command = [
-        sys.executable, "-m", "skrl.utils.distributed.jax", "--nnodes", "1", "--nproc_per_node", "2",
-        "--node_rank", "0", "--coordinator_address", f"127.0.0.1:{port}", str(ENTRY_SCRIPT),
-        "--lib", "skrl", "--ml-framework", "jax", "--task", TASK, "--num-envs", "64", "--device", "cpu",
-        "--max-iterations", "1", "--run-dir", str(run_dir), "--distributed", "--resume", str(tmp_path / "first"),
+    program = [
+        sys.executable, str(ENTRY_SCRIPT), "--lib", "skrl", "--ml-framework", "jax", "--task", TASK,
+        "--num-envs", "64", "--device", "cpu", "--max-iterations", "1", "--run-dir", str(run_dir), "--distributed",
+        "--resume", str(tmp_path / "first"),
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=400, env=worker_env())
-    # skrl's launcher exits 0 even when a rank fails: the files are the evidence.
-    assert (run_dir / "summary.json").is_file(), done.stdout[-3000:] + done.stderr[-3000:]
+    hide = ["sh", "-c", HIDE_FROM_OTHER_RANKS.format(unshare=" ".join(unshare)), "hide", str(tmp_path / "first")]
+    ranks = []
+    for rank in (0, 1):
+        jax_env = {"JAX_RANK": str(rank), "JAX_LOCAL_RANK": str(rank), "JAX_WORLD_SIZE": "2",
+                   "JAX_COORDINATOR_ADDR": "127.0.0.1", "JAX_COORDINATOR_PORT": str(port)}  # fmt: skip
+        ranks.append(subprocess.Popen([*hide, *program], env={**worker_env(), **jax_env},
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
+    codes = wait_for_ranks(ranks, timeout_s=400)
+    logs = [(run_dir / "logs" / f"rank_{rank}.log") for rank in (0, 1)]
+    assert codes == [0, 0], "\n".join(log.read_text()[-3000:] for log in logs if log.is_file())
     assert json.loads((run_dir / "summary.json").read_text())["iteration"] == 2
     for rank in (0, 1):
         assert f"rank {rank} resumed (resume)" in (run_dir / "logs" / f"rank_{rank}.log").read_text()

@@ -52,6 +52,8 @@ PATHS = {
     "torchrun-rsl_rl": ["--lib", "rsl_rl"],
     "skrl-jax": ["--lib", "skrl", "--ml-framework", "jax"],
 }
+# and a third, for what differs per library on the torchrun path (rl_games' preemption ballots)
+LAUNCHES = {**PATHS, "torchrun-rl_games": ["--lib", "rl_games"]}
 
 
 @dataclass
@@ -111,7 +113,7 @@ def start_job(tmp_path: Path) -> Iterator[object]:
         env = {name: value for name, value in os.environ.items() if not name.startswith(("ISLAB_", "SLURM_"))}
         env.update({"CUDA_VISIBLE_DEVICES": "", **(extra_env or {})})
         argv = [
-            sys.executable, "-m", "islab.cli", *PATHS[path], "--device", "cpu", "--nproc", "2",
+            sys.executable, "-m", "islab.cli", *LAUNCHES[path], "--device", "cpu", "--nproc", "2",
             "--num-envs", "64", "--max-iterations", str(max_iterations), "--log-dir", str(log_dir), *extra_args,
         ]  # fmt: skip
         with open(stderr_path, "wb") as stderr:
@@ -368,6 +370,31 @@ def test_signal_stops_every_process_of_the_job(start_job, path, signum, expected
     assert f"islab-train: stopped by {signal.Signals(signum).name}; run directory: {job.run_dir}" in lines, after
     resume = f"islab-train --resume {job.run_dir}"
     assert lines[-1].strip() == resume or "nothing to resume" in lines[-1], after
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["torchrun-rsl_rl", "torchrun-rl_games"])
+def test_preempting_signal_to_one_worker_stops_every_rank_with_a_checkpoint(start_job, path):
+    """SIGUSR1 to rank 1's worker only (not islab-train, not torchrun): the ranks agree on it after
+    the iteration (rsl_rl: the agreement's own all-reduce; rl_games: the ballots carried by the
+    normalizer all-reduce), checkpoint it together and the job exits 75. A rank that acted on its
+    own signal alone would leave its peer waiting in the next collective: a hang, no exit 75."""
+    import torch
+
+    job = start_job(path, max_iterations=100000, extra_args=("--checkpoint-interval", "100000"))
+    wait_until(lambda: job.process.poll() is not None or training_under_way(job.run_dir, iterations=2),
+               START_TIMEOUT_S, "training to be under way", interval_s=0.1)  # fmt: skip
+    ranks = job.ranks()
+    assert sorted(ranks) == [0, 1], job.stderr()[-3000:]
+    ranks[1].send_signal(signal.SIGUSR1)
+    code = job.wait_exit(PREEMPT_GRACE_S + 10)
+    wait_until(lambda: not alive(job.seen), 5, "the job to end")
+    assert code == PREEMPTED_EXIT_CODE, job.stderr()[-3000:]
+    checkpoint = torch.load(rundir.latest_checkpoint(job.run_dir), map_location="cpu", weights_only=True)
+    reported_after = max(record["iteration"] for record in rundir.read_progress(job.run_dir))
+    assert checkpoint["iteration"] == reported_after and checkpoint["rng"]["world_size"] == 2
+    summary = rundir.read_summary(job.run_dir)
+    assert summary["preempted"] == {**summary["preempted"], "signal": "SIGUSR1", "iteration": reported_after}
 
 
 @pytest.mark.slow

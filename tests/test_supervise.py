@@ -263,30 +263,6 @@ def test_child_ignoring_the_signal_is_killed_after_the_grace_period(tmp_path, si
 # ----------------------------------------------------------------------------------------------
 
 
-class FakeRun:
-    def __init__(self, stdout: str, returncode: int = 0):
-        self.stdout, self.returncode = stdout, returncode
-
-    def __call__(self, *args: object, **kwargs: object) -> FakeRun:
-        return self
-
-
-@pytest.mark.parametrize(
-    ("visible", "expected"),
-    [("0,1", 2), ("0", 1), ("", 0), ("-1", 0), ("0,-1,2", 1), ("GPU-aaaa,GPU-bbbb,GPU-cccc", 3)],
-)
-def test_visible_gpu_count_honours_cuda_visible_devices(visible, expected):
-    never = FakeRun("GPU 0: X\nGPU 1: Y\nGPU 2: Z\nGPU 3: W\n")
-    assert probes.visible_gpu_count({"CUDA_VISIBLE_DEVICES": visible}, lambda _: "/bin/nvidia-smi", never) == expected
-
-
-def test_visible_gpu_count_from_nvidia_smi_or_zero():
-    listing = FakeRun("GPU 0: NVIDIA H100 (UUID: GPU-1)\nGPU 1: NVIDIA H100 (UUID: GPU-2)\n")
-    assert probes.visible_gpu_count({}, lambda _: "/usr/bin/nvidia-smi", listing) == 2
-    assert probes.visible_gpu_count({}, lambda _: None, listing) == 0
-    assert probes.visible_gpu_count({}, lambda _: "/usr/bin/nvidia-smi", FakeRun("", 9)) == 0
-
-
 def test_free_port_probe_and_port_in_use():
     port = probes.find_free_port()
     assert port_is_free(port)
@@ -403,19 +379,30 @@ main()
 """
 
 
-def test_real_torchrun_failure_is_named_from_the_error_file(tmp_path):
+def test_real_torchrun_failure_is_named_from_the_error_file(tmp_path, monkeypatch):
+    # A temporary root of this test's own: other runs on the machine make islab-torchrun-* folders too.
+    temp_root = tmp_path / "tmp"
+    temp_root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp_root))
+    made: list[str] = []
+    real_mkdtemp = tempfile.mkdtemp
+
+    def recording_mkdtemp(*args, **kwargs):
+        made.append(real_mkdtemp(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(tempfile, "mkdtemp", recording_mkdtemp)
     script = tmp_path / "rank.py"
     script.write_text(RECORDED_RANK)
     argv = [PY, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--nnodes", "1", "--node_rank", "0",
             "--master_addr", "127.0.0.1", "--master_port", str(probes.find_free_port()), str(script)]  # fmt: skip
-    log_dirs = Path(tempfile.gettempdir()).glob("islab-torchrun-*")
-    before = set(log_dirs)
     code, _, err = run_quiet(launcher_plan(argv, str(tmp_path / "run")))
     assert code == 1, err
     error = err.rstrip().splitlines()[-1]
     assert "rank 1 failed with RuntimeError: boom, told by the error file" in error, err
-    # torchrun's --log-dir of this launch is gone (others may be left by jobs that were SIGKILLed)
-    assert set(Path(tempfile.gettempdir()).glob("islab-torchrun-*")) <= before
+    # torchrun's --log-dir of this launch was made under the test's own root, and is gone
+    assert [Path(d).parent for d in made if Path(d).name.startswith("islab-torchrun-")] == [temp_root]
+    assert list(temp_root.glob("islab-torchrun-*")) == []
 
 
 def test_a_skrl_jax_rank_gets_an_error_file_and_is_named_from_it(tmp_path):

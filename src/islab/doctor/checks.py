@@ -70,17 +70,14 @@ def check_os(platform: str, device: str = "cuda") -> Check:
 
 
 def check_gpus(spec: RunSpec, visible_gpus: int, runtime: Runtime | None = None) -> Check:
-    """``visible_gpus`` is the launcher's torch-free count (CUDA_VISIBLE_DEVICES entries, else the
-    GPUs of ``nvidia-smi -L``); when the ranks' interpreter was probed, its own count decides, as a
+    """``visible_gpus`` is the launcher's count (``probes.visible_gpu_count``: NVML, MIG-aware, else a
+    torch child process, else ``nvidia-smi -L``); when the ranks' interpreter was probed, its own count decides, as a
     rank resolves its GPU from that view (absent GPUs named in CUDA_VISIBLE_DEVICES, MIG)."""
     name = "GPUs vs processes"
     runtime_count = runtime.cuda_devices if runtime is not None else None
     if spec.device == "cuda" and runtime_count is not None and runtime_count != visible_gpus:
         checked = check_gpus(spec, runtime_count)
-        note = (
-            f" (torch in the ranks' interpreter sees {runtime_count}; "
-            f"CUDA_VISIBLE_DEVICES / nvidia-smi -L suggest {visible_gpus})"
-        )
+        note = f" (torch in the ranks' interpreter sees {runtime_count}; the launcher counted {visible_gpus})"
         return Check(name, checked.status, checked.detail + note, checked.fix)
     if spec.device == "cpu":
         return Check(name, "pass", f"{spec.nproc_per_node} CPU process(es) per node; {visible_gpus} GPU(s) visible")

@@ -16,6 +16,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,24 +54,132 @@ def local_address_towards(host: str, port: int) -> str | None:
         return None
 
 
-def visible_gpu_count(
-    environ: Mapping[str, str] = os.environ,
-    which: Callable[[str], str | None] = shutil.which,
-    run: Callable[..., Any] = subprocess.run,
-) -> int:
-    """GPUs a rank could use, without importing torch (which would cost seconds).
+@dataclass(frozen=True)
+class PhysicalGpu:
+    """One GPU as NVML lists it: its UUID and, when MIG mode is on, the UUIDs of its MIG instances."""
 
-    CUDA_VISIBLE_DEVICES wins when set (empty or "-1" hides every GPU; CUDA stops at the first
-    invalid entry); otherwise count the lines of ``nvidia-smi -L``; no nvidia-smi means 0.
-    """
-    visible = environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        count = 0
-        for entry in (part.strip() for part in visible.split(",")):
-            if not entry or entry.startswith("-"):
-                break
-            count += 1
-        return count
+    uuid: str
+    mig_uuids: tuple[str, ...] | None = None  # None: MIG mode off
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def read_nvml(nvml: Any = None) -> list[PhysicalGpu] | None:
+    """The GPUs and their MIG instances from NVML (nvidia-ml-py's ``pynvml``, the library behind
+    nvidia-smi); None when nvidia-ml-py is not installed or NVML does not start (no driver)."""
+    if nvml is None:
+        try:
+            import pynvml as nvml  # nvidia-ml-py; optional
+        except ImportError:
+            return None
+    try:
+        nvml.nvmlInit()
+    except Exception:  # pynvml.NVMLError: no driver, no library
+        return None
+    try:
+        gpus = []
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            try:
+                current_mode, _pending = nvml.nvmlDeviceGetMigMode(handle)
+            except nvml.NVMLError:  # a GPU without MIG support
+                current_mode = 0
+            if current_mode != nvml.NVML_DEVICE_MIG_ENABLE:
+                gpus.append(PhysicalGpu(_text(nvml.nvmlDeviceGetUUID(handle))))
+                continue
+            instances = []
+            for slot in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+                try:
+                    instance = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+                except nvml.NVMLError:  # an empty slot
+                    continue
+                instances.append(_text(nvml.nvmlDeviceGetUUID(instance)))
+            gpus.append(PhysicalGpu(_text(nvml.nvmlDeviceGetUUID(handle)), tuple(instances)))
+        return gpus
+    except Exception:
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
+
+
+def cuda_device_count(gpus: list[PhysicalGpu], cuda_visible_devices: str | None) -> int:
+    """How many devices CUDA will enumerate in a process, from NVML's view of the machine.
+
+    A GPU in MIG mode is not a CUDA device itself: its MIG instances are, and a CUDA process can
+    enumerate only ONE MIG instance (NVIDIA's MIG user guide, "CUDA device enumeration"), however
+    many exist -- so a 2-instance MIG GPU gives a rank one device, not 2, and none without an
+    instance. CUDA_VISIBLE_DEVICES (indices, ``GPU-``/``MIG-`` UUIDs or their prefixes) selects
+    and orders; CUDA stops at the first entry that names nothing (or names a device again)."""
+    if cuda_visible_devices is None:
+        plain = sum(1 for gpu in gpus if gpu.mig_uuids is None)
+        return plain + (1 if any(gpu.mig_uuids for gpu in gpus) else 0)
+    count, migs, taken = 0, 0, set()
+    for entry in (part.strip() for part in cuda_visible_devices.split(",")):
+        device = _named_device(gpus, entry)
+        if device is None or device[0] in taken:
+            break
+        taken.add(device[0])
+        if device[1]:
+            if migs:
+                continue  # a second MIG instance: CUDA shows only the first
+            migs += 1
+        count += 1
+    return count
+
+
+def _named_device(gpus: list[PhysicalGpu], entry: str) -> tuple[str, bool] | None:
+    """(UUID, is a MIG instance) of the device a CUDA_VISIBLE_DEVICES entry names, or None."""
+    if entry.isdigit():
+        if int(entry) >= len(gpus):
+            return None
+        gpu = gpus[int(entry)]
+        if gpu.mig_uuids is None:
+            return gpu.uuid, False
+        return (gpu.mig_uuids[0], True) if gpu.mig_uuids else None
+    if not entry or entry.startswith("-"):
+        return None
+    for gpu in gpus:
+        if gpu.mig_uuids is None and gpu.uuid.startswith(entry):
+            return gpu.uuid, False
+        for mig in gpu.mig_uuids or ():
+            if mig.startswith(entry):
+                return mig, True
+    return None
+
+
+def listed_devices(cuda_visible_devices: str | None) -> int:
+    """The entries of CUDA_VISIBLE_DEVICES up to the first invalid one (CUDA stops there); 0 unset."""
+    count = 0
+    for entry in (part.strip() for part in (cuda_visible_devices or "").split(",")):
+        if not entry or entry.startswith("-"):
+            break
+        count += 1
+    return count
+
+
+CUDA_COUNT_PROBE = "import torch; print(torch.cuda.device_count())"
+
+
+def torch_device_count(python: str, environ: Mapping[str, str], run: Callable[..., Any] = subprocess.run) -> int | None:
+    """``torch.cuda.device_count()`` in a child process of ``python`` (the launcher itself stays
+    torch-free), in the ranks' environment; None when it cannot tell (no torch there)."""
+    try:
+        done = run([python, "-c", CUDA_COUNT_PROBE], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
+                   check=False, env=dict(environ))  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = (done.stdout or "").strip().splitlines()
+    if done.returncode != 0 or not lines or not lines[-1].strip().isdigit():
+        return None
+    return int(lines[-1])
+
+
+def nvidia_smi_count(which: Callable[[str], str | None], run: Callable[..., Any]) -> int:
+    """The last resort: ``nvidia-smi -L``'s GPUs, a MIG GPU's instances as one device (see
+    :func:`cuda_device_count`); 0 when nvidia-smi is missing or fails."""
     nvidia_smi = which("nvidia-smi")
     if nvidia_smi is None:
         return 0
@@ -80,7 +189,46 @@ def visible_gpu_count(
         return 0
     if listing.returncode != 0:
         return 0
-    return sum(1 for line in listing.stdout.splitlines() if line.startswith("GPU "))
+    gpus: list[PhysicalGpu] = []
+    for line in listing.stdout.splitlines():
+        if line.startswith("GPU "):
+            gpus.append(PhysicalGpu(line))
+        elif line.strip().startswith("MIG ") and gpus:
+            gpus[-1] = PhysicalGpu(gpus[-1].uuid, (*(gpus[-1].mig_uuids or ()), line))
+    return cuda_device_count(gpus, None)
+
+
+def visible_gpu_count(
+    environ: Mapping[str, str] = os.environ,
+    which: Callable[[str], str | None] = shutil.which,
+    run: Callable[..., Any] = subprocess.run,
+    *,
+    nvml: Callable[[], list[PhysicalGpu] | None] = read_nvml,
+    python: str = sys.executable,
+    exists: Callable[[str], bool] = os.path.exists,
+) -> int:
+    """The CUDA devices a rank will see, counted before launch without importing torch here.
+
+    In order: CUDA_VISIBLE_DEVICES hiding every GPU ("" or "-1") -> 0; no NVIDIA device node
+    (/dev/nvidiactl, which CUDA needs) -> the entries of CUDA_VISIBLE_DEVICES, else 0, at no
+    cost; NVML when nvidia-ml-py is installed
+    (MIG-aware, :func:`cuda_device_count`); else ``torch.cuda.device_count()`` in a child
+    process with ``python`` in ``environ`` (a second or two); else ``nvidia-smi -L``.
+    """
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and (not visible.strip() or visible.strip().startswith("-")):
+        return 0
+    if not exists("/dev/nvidiactl"):
+        # Nothing to ask here. A CUDA_VISIBLE_DEVICES is then the user's word for the GPUs the ranks
+        # will have (a plan made for another machine): its entries up to the first invalid one.
+        return listed_devices(visible)
+    gpus = nvml()
+    if gpus is not None:
+        return cuda_device_count(gpus, visible)
+    counted = torch_device_count(python, environ, run)
+    if counted is not None:
+        return counted
+    return nvidia_smi_count(which, run)
 
 
 def resolve(host: str) -> tuple[tuple[str, ...], str | None]:

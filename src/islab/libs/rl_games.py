@@ -46,6 +46,7 @@ What we fix, and why
   save although its schedulers overwrite the optimizer's rate from ``last_lr`` every epoch. The
   islab checkpoint is written from inside the epoch (``on_epoch``), before rl_games adds the
   epoch's frames to ``frame``; ``library_state`` adds them. ``epoch_num`` is the iteration count.
+  rl_games' ``train()`` resets the best reward to -1e9; the agent puts the restored one back.
   Episode statistics: ``islab.libs.rl_games_episodes``.
 """
 
@@ -141,6 +142,8 @@ class RankAwareA2CAgent(A2CAgent):
         self.last_checkpoint: str | None = None  # the latest checkpoint rl_games wrote (rank 0)
         self.on_epoch: Callable[[int], None] | None = None  # called after every training epoch
         self.frames_pending = 0  # this epoch's frames while on_epoch runs (rl_games adds them after)
+        self.best_to_keep: float | None = None  # the best mean reward train() forgets; put back by env_reset
+        self.stop: Any = None  # the worker's StopRequest: its ballot rides on the normalizer all-reduce
         config = params["config"]
         distributed = bool(config.get("multi_gpu", False))
         # Fused sync (islab.libs.fused_sync): one all-reduce per minibatch, every rank runs the schedule.
@@ -183,11 +186,22 @@ class RankAwareA2CAgent(A2CAgent):
             self.value_mean_std = self.model.value_mean_std
 
     def train(self) -> tuple[float, int]:
+        # rl_games' train() starts by forgetting the best mean reward (last_mean_rewards = -1e9), so
+        # after a resume the first epoch's reward would be "best" and overwrite the best checkpoint.
+        # Keep the restored one (or an earlier train()'s): env_reset, which train() calls right after
+        # the reset, puts it back.
+        self.best_to_keep = float(np.asarray(self.last_mean_rewards).reshape(-1)[0])
         if self.ppo_device == "cpu":
             # rl_games calls torch.cuda.set_device(local_rank) when multi_gpu; meaningless on CPU.
             with patched(torch.cuda, "set_device", lambda device: None):
                 return super().train()
         return super().train()
+
+    def env_reset(self) -> Any:
+        obs = super().env_reset()
+        if self.best_to_keep is not None:
+            self.last_mean_rewards, self.best_to_keep = self.best_to_keep, None
+        return obs
 
     def init_tensors(self) -> None:
         super().init_tensors()  # train() calls it first: zero running sums, every env "done"
@@ -215,7 +229,8 @@ class RankAwareA2CAgent(A2CAgent):
     # behind the gradients and all-reduces once; ``train_actor_critic`` hands rl_games the global KL
     # in place of the local one, so its scheduler (on every rank) decides from the same value the
     # stock path broadcasts, and ``update_lr`` rounds the rate as the stock broadcast does. The
-    # normalizer moments of the whole iteration go in one all-reduce in ``prepare_dataset``.
+    # normalizer moments of the whole iteration go in one all-reduce in ``prepare_dataset``, with
+    # the ranks' preemption ballots: updates + 2 a fused iteration, with rl_games' should_exit broadcast.
 
     @contextlib.contextmanager
     def _fused_epoch(self) -> Iterator[None]:
@@ -285,8 +300,13 @@ class RankAwareA2CAgent(A2CAgent):
             norm.prefetched.reset()
             # RunningMeanStd.forward's own moments of the batch (axis 0, population variance)
             parts.append(packed_moments(x.mean(norm.axis), x.var(norm.axis, unbiased=False), x.size(0)))
-        for (norm, _), local, summed in zip(updates, parts, all_reduce_float64(parts), strict=True):
-            norm.prefetched.add(local, summed)
+        # The ranks' preemption agreement rides along (islab.worker.preemption): no collective of its own.
+        ballot = [self.stop.ballot().to(parts[0].device)] if parts and self.stop is not None else []
+        summed = all_reduce_float64(parts + ballot)
+        for (norm, _), local, total in zip(updates, parts, summed, strict=False):
+            norm.prefetched.add(local, total)
+        if ballot:
+            self.stop.settle(summed[-1])
 
     def checkpoint_state(self) -> dict[str, Any]:
         state = self.get_full_state_weights()
@@ -410,6 +430,7 @@ class RlGamesAdapter(LibraryAdapter):
             self.report_iteration(epoch, agent.max_epochs, (epoch - start_epoch) * steps_per_epoch, mean)
 
         agent.on_epoch = report
+        agent.stop = getattr(self.checkpointer, "stop", None)  # the worker's Checkpointer has one
         started = time.perf_counter()
         agent.train()
         wall_s = time.perf_counter() - started

@@ -46,6 +46,8 @@ def rank_envs(spec: RunSpec, node_rank: int, coordinator: str) -> list[tuple[int
 
     skrl/utils/distributed/jax/launcher.py: JAX_LOCAL_RANK=j, JAX_RANK=node_rank*nproc+j,
     JAX_WORLD_SIZE=nnodes*nproc, JAX_COORDINATOR_ADDR / JAX_COORDINATOR_PORT split from the address.
+    One variable is ours: JAX_LOCAL_WORLD_SIZE=nproc, the ranks sharing this node's cores, which
+    skrl's launcher leaves out (the worker would otherwise divide the cores by the global world size).
     """
     host, port = split_host_port(coordinator)
     ranks = []
@@ -55,6 +57,7 @@ def rank_envs(spec: RunSpec, node_rank: int, coordinator: str) -> list[tuple[int
             "JAX_LOCAL_RANK": str(local_rank),
             "JAX_RANK": str(global_rank),
             "JAX_WORLD_SIZE": str(spec.nnodes * spec.nproc_per_node),
+            "JAX_LOCAL_WORLD_SIZE": str(spec.nproc_per_node),
             "JAX_COORDINATOR_ADDR": host,
             "JAX_COORDINATOR_PORT": str(port),
         }))  # fmt: skip

@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from islab.envs import make_env
     from islab.libs import load_adapter
     from islab.libs.base import TrainResult, state_digest
-    from islab.worker.checkpoint import Checkpointer, identity, restore
+    from islab.worker.checkpoint import Checkpointer, generator_digest, identity, restore
     from islab.worker.collectives import collective_for
     from islab.worker.context import RankContext, configure_process, init_process_group
     from islab.worker.preemption import Preempted, StopRequest
@@ -159,6 +159,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # Imported before anything collective: skrl-JAX joins jax.distributed when skrl is imported.
     adapter_class = load_adapter(args.lib, args.ml_framework)
     env = make_env(args.task, args.num_envs, ctx.device, seed=ctx.seed)
+    print(f"[islab] rank {ctx.rank} env generator at start: {generator_digest(env.generator)}", flush=True)
     observation_shape = env.single_observation_space["policy"].shape
     run_identity = identity(args.lib, args.ml_framework, args.task, observation_shape, env.single_action_space.shape)
     collective = collective_for(ctx)

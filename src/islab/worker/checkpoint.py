@@ -108,6 +108,14 @@ def from_bytes(data: bytes, source: str) -> dict[str, Any]:
 # -- RNG state -------------------------------------------------------------------------------
 
 
+def generator_digest(generator: torch.Generator | None) -> str:
+    """A short sha256 of a generator's state ("none" without one): the ranks' env generators must
+    start apart (seed + rank), which the worker logs at start and tests compare."""
+    if generator is None:
+        return "none"
+    return hashlib.sha256(generator.get_state().cpu().numpy().tobytes()).hexdigest()[:16]
+
+
 def capture_rng(env_generator: torch.Generator | None, library: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """This process's RNG states as tensors and numbers (``weights_only``-loadable)."""
     np_kind, np_keys, np_pos, np_has_gauss, np_cached = np.random.get_state()

@@ -70,14 +70,16 @@ class RankContext:
             rank = int(env[f"{prefix}RANK"])
             local_rank = int(env.get(f"{prefix}LOCAL_RANK", rank))
             world_size = int(env[f"{prefix}WORLD_SIZE"])
-            # skrl's JAX launcher does not export a local world size; torchrun does.
+            # torchrun exports LOCAL_WORLD_SIZE; skrl's JAX launcher exports no local world size, so
+            # islab-train's skrl-JAX launcher adds JAX_LOCAL_WORLD_SIZE (the ranks on this node). Only a
+            # skrl launcher started by hand leaves it out; then the world size is the safe guess.
             local_world_size = int(env.get("LOCAL_WORLD_SIZE", env.get("JAX_LOCAL_WORLD_SIZE", world_size)))
         return cls(
             rank=rank,
             local_rank=local_rank,
             world_size=world_size,
             local_world_size=local_world_size,
-            device=resolve_device(device, local_rank, launcher, rank=rank),
+            device=resolve_device(device, local_rank, launcher, rank=rank, local_world_size=local_world_size),
             backend="nccl" if device.startswith("cuda") else "gloo",
             base_seed=base_seed,
             launcher=launcher,
@@ -85,36 +87,45 @@ class RankContext:
 
 
 def resolve_device(
-    device: str, local_rank: int, launcher: str = "single", *, visible: int | None = None, rank: int | None = None
+    device: str,
+    local_rank: int,
+    launcher: str = "single",
+    *,
+    visible: int | None = None,
+    rank: int | None = None,
+    local_world_size: int = 1,
 ) -> str:
     """``cuda`` -> ``cuda:{LOCAL_RANK}`` among the GPUs this process sees (``visible``; default
     ``torch.cuda.device_count()``, the runtime's view after CUDA_VISIBLE_DEVICES and MIG).
 
-    A launcher that gives each rank exactly one visible GPU (SLURM's per-task binding) makes every
-    rank's GPU ``cuda:0``: with exactly one visible device that is the answer. Any other shortfall
-    (torchrun started by hand with more ranks than GPUs, a CUDA_VISIBLE_DEVICES naming absent GPUs,
-    MIG showing one instance) would put several ranks on one GPU, silently: an error instead. A
-    skrl-JAX rank never falls back: JAX picks its own GPU by local rank, so the env would sit on
-    another GPU than the learner."""
+    A launcher that starts one rank per node and binds it one GPU (SLURM's per-task binding) leaves
+    that rank ``cuda:0``: with one visible device and one rank on the node that is the answer. Any
+    other shortfall (torchrun started by hand with more ranks than GPUs, CUDA_VISIBLE_DEVICES=0 with
+    LOCAL_WORLD_SIZE > 1, a CUDA_VISIBLE_DEVICES naming absent GPUs, MIG showing one instance) would
+    put several ranks on one GPU, silently: an error instead. A skrl-JAX rank never falls back: JAX
+    picks its own GPU by local rank, so the env would sit on another GPU than the learner."""
     if not device.startswith("cuda"):
         return "cpu"
     if ":" in device:
         return device
     if visible is None:
         visible = torch.cuda.device_count()
-    return cuda_device_for(local_rank, visible, launcher, rank=local_rank if rank is None else rank)
+    return cuda_device_for(
+        local_rank, visible, launcher, rank=local_rank if rank is None else rank, local_world_size=local_world_size
+    )
 
 
-def cuda_device_for(local_rank: int, visible: int, launcher: str, *, rank: int) -> str:
+def cuda_device_for(local_rank: int, visible: int, launcher: str, *, rank: int, local_world_size: int) -> str:
     """The rule of ``resolve_device``, pure: which ``cuda:K`` this local rank takes, or why none."""
     if visible == 0:
         raise RuntimeError(f"device 'cuda' was requested but no CUDA device is visible to rank {rank}")
     if local_rank < visible:
         return f"cuda:{local_rank}"
-    if visible == 1 and launcher != "skrl-jax":
-        return "cuda:0"  # one GPU per rank, bound by the launcher: every rank's GPU is cuda:0
+    if visible == 1 and local_world_size == 1 and launcher != "skrl-jax":
+        return "cuda:0"  # the node's only rank, bound one GPU by the launcher: its GPU is cuda:0
     raise RuntimeError(
-        f"rank {rank} (local rank {local_rank}) has no GPU of its own: this process sees {visible} CUDA device(s) "
+        f"rank {rank} (local rank {local_rank} of {local_world_size} on this node) has no GPU of its own: "
+        f"this process sees {visible} CUDA device(s) "
         f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}), so it would share one "
         "with another rank. Start at most one rank per visible GPU (islab-train --gpus N), or make "
         "CUDA_VISIBLE_DEVICES name GPUs that exist (nvidia-smi -L; a MIG instance counts as one)"

@@ -6,12 +6,20 @@ iteration the ranks combine their notes with one collective (:meth:`StopRequest.
 largest signal number, 0 for none); when any rank was signalled, all of them stop after that same
 iteration -- the checkpointer writes the checkpoint first (a collective too) and raises
 :class:`Preempted`, which ends the library's training loop on every rank.
+
+A library path that already makes a sum all-reduce every iteration can carry the agreement in it
+instead of a collective of its own (rl_games' fused normalizer all-reduce): :meth:`StopRequest.ballot`
+is this rank's vote (one slot per preempting signal), :meth:`StopRequest.settle` reads the summed
+votes, and the iteration's :meth:`StopRequest.agreed` then returns that verdict without a collective.
+A signal that arrives after the ballot is counted at the next iteration.
 """
 
 from __future__ import annotations
 
 import signal
 from typing import Any
+
+import torch
 
 from islab.spec.stopping import PREEMPT_SIGNALS
 from islab.worker.collectives import Collective
@@ -37,6 +45,7 @@ class StopRequest:
 
     def __init__(self) -> None:
         self.signum = 0
+        self.settled: int | None = None  # this iteration's verdict, agreed inside another collective
 
     def install(self) -> StopRequest:
         for signum in PREEMPT_SIGNALS:
@@ -48,5 +57,19 @@ class StopRequest:
         self.signum = self.signum or signum
 
     def agreed(self, collective: Collective) -> int:
-        """Collective (every rank, once per iteration): the signal some rank received, else 0."""
+        """Collective (every rank, once per iteration): the signal some rank received, else 0.
+        No collective when the verdict was settled from ballots this iteration."""
+        if self.settled is not None:
+            verdict, self.settled = self.settled, None
+            return verdict
         return collective.max_int(self.signum)
+
+    def ballot(self) -> torch.Tensor:
+        """This rank's vote, to be summed over the ranks: 1.0 in the slot of its signal (float64,
+        exact for any number of ranks a job can have)."""
+        return torch.tensor([float(self.signum == s) for s in PREEMPT_SIGNALS], dtype=torch.float64)
+
+    def settle(self, summed: torch.Tensor) -> None:
+        """The ranks' ballots, summed: the largest signal any rank received (as ``max_int``), else 0."""
+        votes = summed.detach().cpu().tolist()
+        self.settled = max((int(s) for s, count in zip(PREEMPT_SIGNALS, votes, strict=True) if count > 0), default=0)
