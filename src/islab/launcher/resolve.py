@@ -53,6 +53,7 @@ from islab.tasks import (
     TaskRegistrationError,
     add_task_module,
     agent_config_path,
+    default_num_envs,
     libraries_with_agent_config,
     missing_extra,
 )
@@ -228,8 +229,10 @@ def resolve_spec(
     if merged.get("task_module") is not None:
         _announce_task_module(merged["task_module"], origins)
     # The default number of environments belongs to the task, so it is filled after merging.
-    if "num_envs" not in merged and merged.get("task", DEFAULT_TASK) in TASKS and not merged.get("entrypoint"):
-        merged["num_envs"] = TASKS[merged.get("task", DEFAULT_TASK)].default_num_envs
+    if "num_envs" not in merged and not merged.get("entrypoint"):
+        task_default = default_num_envs(merged.get("task", DEFAULT_TASK))
+        if task_default is not None:  # None: the task cannot be read; the checks below say why
+            merged["num_envs"] = task_default
 
     try:
         spec = RunSpec.model_validate(_unflatten(merged))
@@ -296,7 +299,7 @@ def _shared_default(name: str, file_layer: Mapping[str, Provided]) -> Any:
     or the schema's default."""
     if name == "num_envs":
         task = file_layer["task"].value if "task" in file_layer else DEFAULT_TASK
-        return TASKS[task].default_num_envs if task in TASKS else None
+        return default_num_envs(task)
     section, _, key = name.rpartition(".")
     model = Rendezvous if section == "rendezvous" else RunSpec
     return model.model_fields[key].get_default(call_default_factory=True)
@@ -448,6 +451,12 @@ def _disk_issue(spec: RunSpec) -> Issue | None:
     if spec.logger == "wandb" and importlib.util.find_spec("wandb") is None:
         return Issue("logger", "wandb needs the [wandb] extra, which is not installed (no module 'wandb')",
                      f"{install_extra_hint('wandb')}, or use --logger tensorboard")  # fmt: skip
+    problem = TASKS.problem(spec.task)
+    if problem is not None:
+        return Issue("task", *problem)
+    if TASKS[spec.task].unavailable:
+        return Issue("task", f"{spec.task} cannot be trained by islab: {TASKS[spec.task].unavailable}",
+                     "Choose another task (islab-train tasks lists them)")  # fmt: skip
     configured = libraries_with_agent_config(spec.task)
     if spec.lib not in configured:
         return Issue(
