@@ -166,7 +166,7 @@ def agent_config(lib: str) -> dict[str, Any]:
 
 
 def task_sizes() -> tuple[int, int]:
-    """(observation size, action size) of Cartpole, as the task registry reads them statically."""
+    """(observation size, action size) of Cartpole, as its registration gives them (the task registry)."""
     info = TASKS[CARTPOLE]
     return info.observation_size, info.action_size
 

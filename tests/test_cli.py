@@ -532,14 +532,17 @@ def test_a_node_may_not_disagree_on_a_shared_field(islab, clean_environment, tmp
     """Issue 14 item 5: every field of SHARED_FIELDS given on one node's command line with another
     value than the shared cluster file's (or its default) is refused, naming the field and file."""
     (tmp_path / "my_tasks.py").write_text(
-        'import gymnasium as gym\ngym.register(id="My-v0", entry_point="x:E", kwargs={'
-        '"env_cfg_entry_point": "x:C", "rsl_rl_cfg_entry_point": "islab.tasks.cartpole.agents:rsl_rl_ppo_cfg.yaml"})\n'
+        'import gymnasium as gym\ngym.register(id="My-v0", '
+        'entry_point="islab.tasks.cartpole.cartpole_env:CartpoleEnv", kwargs={'
+        '"env_cfg_entry_point": "islab.tasks.cartpole.cartpole_env:CartpoleEnvCfg", '
+        '"rsl_rl_cfg_entry_point": "islab.tasks.cartpole.agents:rsl_rl_ppo_cfg.yaml"})\n'
     )
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))
     from islab.tasks import TASKS
 
-    monkeypatch.setattr(TASKS, "_packages", dict(TASKS.packages))
+    monkeypatch.setattr(TASKS, "_entries", dict(TASKS.entries))
+    monkeypatch.setattr(TASKS, "_modules", list(TASKS._modules))
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     (run / "checkpoints" / "latest.pt").write_bytes(b"")

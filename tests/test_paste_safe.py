@@ -152,7 +152,8 @@ def dry_run(islab, clean_environment, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     # --task-module adds the working directory to sys.path and its task to the registry: undone after.
     monkeypatch.setattr(sys, "path", list(sys.path))
-    monkeypatch.setattr(TASKS, "_packages", dict(TASKS.packages))
+    monkeypatch.setattr(TASKS, "_entries", dict(TASKS.entries))
+    monkeypatch.setattr(TASKS, "_modules", list(TASKS._modules))
     built = []
     real = planner.build_plan
 

@@ -47,6 +47,7 @@ class MemoryEdge:
         self.installed: set[str] = answers.get("installed", {"wandb"})
         self.configured: Sequence[str] = answers.get("configured", ("rl_games", "rsl_rl", "skrl"))
         self.rollout: AgentConfigError | None = answers.get("rollout")
+        self.task_problems: dict[str, tuple[str, str]] = answers.get("task_problems", {})
         self.asked: list[str] = []
 
     def read_cluster_file(self, path: Path) -> str:
@@ -61,6 +62,9 @@ class MemoryEdge:
 
     def task_default_envs(self, task: str) -> int | None:
         return {"Islab-Cartpole-v0": 4096, "Other-v0": 7}.get(task)
+
+    def task_problem(self, task: str) -> tuple[str, str] | None:
+        return self.task_problems.get(task)
 
     def checkpoint_exists(self, path: str) -> bool:
         return path in self.checkpoints
@@ -204,6 +208,8 @@ def test_a_resume_may_not_change_what_the_checkpoint_is_shaped_by() -> None:
         ({"resume": "/run"}, MemoryEdge(), "resume (--resume)", "neither a checkpoint file"),
         ({}, MemoryEdge(missing_extra="mjlab"), "task", "needs the [mjlab] extra"),
         ({"logger": "wandb"}, MemoryEdge(installed=set()), "logger", "wandb needs the [wandb] extra"),
+        ({}, MemoryEdge(task_problems={"Islab-Cartpole-v0": ("cannot be trained by islab", "x")}), "task",
+         "cannot be trained"),
         ({"lib": "skrl"}, MemoryEdge(configured=("rsl_rl",)), "lib", "has no skrl agent config"),
         ({}, MemoryEdge(rollout=AgentConfigError("override 'x=1'", "no key 'x'")), "override 'x=1'", "no key"),
     ],

@@ -236,14 +236,8 @@ def tasks_command(
         str | None, typer.Option("--task-module", metavar="MOD", help="Also list the tasks MOD registers.")
     ] = None,
 ) -> None:
-    from islab.tasks import (
-        TASKS,
-        TaskRegistrationError,
-        add_task_module,
-        agent_config_path,
-        libraries_with_agent_config,
-        missing_extra,
-    )
+    from islab.tasks import TASKS, TaskRegistrationError, add_task_module, agent_config_path
+    from islab.tasks.listing import task_rows
 
     if task_module is not None:
         try:
@@ -251,19 +245,7 @@ def tasks_command(
         except TaskRegistrationError as exc:
             print(f"error: --task-module: {exc}.", file=sys.stderr)
             raise typer.Exit(2) from None
-    rows = [
-        {
-            "task": info.task_id,
-            "package": info.package,
-            "observation_size": info.observation_size,
-            "action_size": info.action_size,
-            "default_num_envs": info.default_num_envs,
-            "agent_configs": libraries_with_agent_config(task_id),
-            "extra": info.extra or None,
-            "extra_missing": missing_extra(task_id) is not None,
-        }
-        for task_id, info in TASKS.items()
-    ]
+    rows = task_rows()
     if json_output:
         import json
 
@@ -275,13 +257,16 @@ def tasks_command(
 
     table = Table(title="islab-train tasks", title_justify="left")
     for column in ("task", "package", "obs", "actions", "default num_envs", "agent configs (--lib)"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # a task id must stay readable whole
     for row in rows:
-        configs = ", ".join(row["agent_configs"]) or "none"
+        configs = ", ".join(row["agent_configs"] or ()) or "none"
+        if row["error"] or row["unavailable"]:
+            configs = "cannot be read (below)" if row["error"] else "cannot be trained (below)"
+        sizes = [str(row[key]) if row[key] is not None else "-" for key in ("observation_size", "action_size",
+                                                                             "default_num_envs")]  # fmt: skip
         table.add_row(
-            row["task"], row["package"], str(row["observation_size"]), str(row["action_size"]),
-            str(row["default_num_envs"]), escape(f"needs [{row['extra']}]") if row["extra_missing"] else configs,
-        )  # fmt: skip
+            row["task"], row["package"], *sizes, escape(f"needs [{row['extra']}]") if row["extra_missing"] else configs
+        )
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
     console.print(table)
     from islab.resolve.resolve import install_extra_hint
@@ -289,6 +274,11 @@ def tasks_command(
     for extra in sorted({row["extra"] for row in rows if row["extra_missing"]}):
         hint = install_extra_hint(extra)
         console.print(f"[{extra}] is not installed, so its tasks are refused. {hint}.", markup=False)
+    for row in rows:
+        if row["error"]:
+            console.print(f"error: {row['error']}", markup=False)
+        elif row["unavailable"]:
+            console.print(f"{row['task']} cannot be trained: {row['unavailable']}.", markup=False)
     example = next(iter(TASKS))
     console.print(f"Agent configs live in each task's agents/ folder, e.g. {agent_config_path('rsl_rl', example)}")
 

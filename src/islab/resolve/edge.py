@@ -31,7 +31,14 @@ from islab.resolve.resumed import stored_layer
 from islab.resolve.sources import read_cluster_file
 from islab.spec.agent_config import AgentConfigError, load_agent_config
 from islab.spec.budget import rollout_length
-from islab.tasks import TASKS, add_task_module, agent_config_path, libraries_with_agent_config, missing_extra
+from islab.tasks import (
+    TASKS,
+    add_task_module,
+    agent_config_path,
+    default_num_envs,
+    libraries_with_agent_config,
+    missing_extra,
+)
 
 
 class Edge(Protocol):
@@ -43,6 +50,7 @@ class Edge(Protocol):
     def resumed_run(self, resume: Any) -> tuple[Path | None, dict[str, tuple[Any, str]]]: ...
     def add_task_module(self, module: str) -> None: ...
     def task_default_envs(self, task: str) -> int | None: ...
+    def task_problem(self, task: str) -> tuple[str, str] | None: ...
     def checkpoint_exists(self, path: str) -> bool: ...
     def missing_extra(self, task: str) -> str | None: ...
     def module_installed(self, name: str) -> bool: ...
@@ -68,7 +76,19 @@ class DiskEdge:
         add_task_module(module)
 
     def task_default_envs(self, task: str) -> int | None:
-        return TASKS[task].default_num_envs if task in TASKS else None
+        return default_num_envs(task)  # None: the task cannot be read; the disk checks say why
+
+    def task_problem(self, task: str) -> tuple[str, str] | None:
+        """(problem, fix) when the task's registration cannot be read or it cannot be trained."""
+        problem = TASKS.problem(task)
+        if problem is not None:
+            return problem
+        if TASKS[task].unavailable:
+            return (
+                f"{task} cannot be trained by islab: {TASKS[task].unavailable}",
+                "Choose another task (islab-train tasks lists them)",
+            )
+        return None
 
     def checkpoint_exists(self, path: str) -> bool:
         return rundir.resume_source(path).is_file()

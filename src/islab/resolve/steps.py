@@ -101,6 +101,9 @@ def _disk_issue(spec: RunSpec, edge: Edge) -> Issue | None:
     if spec.logger == "wandb" and not edge.module_installed("wandb"):
         return Issue("logger", "wandb needs the [wandb] extra, which is not installed (no module 'wandb')",
                      f"{install_extra_hint('wandb')}, or use --logger tensorboard")  # fmt: skip
+    task_problem = edge.task_problem(spec.task)
+    if task_problem is not None:
+        return Issue("task", *task_problem)
     configured = list(edge.configured_libraries(spec.task))
     if spec.lib not in configured:
         return Issue(

@@ -45,7 +45,7 @@ from islab.spec.issues import mask_env, rule, suggest
 from islab.spec.launch_rules import JOB_VARIABLES, check_jax, check_torchrun
 from islab.spec.text import unsafe_character
 from islab.spec.worker_args import WorkerArg, choices_of, default_of, spec_options
-from islab.tasks import TASKS
+from islab.tasks import TASKS, default_num_envs
 
 Lib = Literal[tuple(LIBRARIES)]  # type: ignore[valid-type]  # the library registry names them
 MLFramework = Literal[ML_FRAMEWORKS]  # type: ignore[valid-type]
@@ -173,7 +173,8 @@ class RunSpec(_WorkerOptions):  # type: ignore[misc, valid-type]
     task: StrictStr = DEFAULT_TASK
     # A module that registers tasks without being installed (read statically here, imported by ranks).
     task_module: StrictStr | None = None
-    num_envs: Count = TASKS[DEFAULT_TASK].default_num_envs
+    # The default task's own default, read from its registration only when asked for (a child process).
+    num_envs: Count = Field(default_factory=lambda: default_num_envs(DEFAULT_TASK))
     seed: NonNegative = default_of("seed")
     # Per run: every rank does this many updates. Ignored when ``total_env_steps`` is given (the
     # worker derives the iterations from it); giving both is an error.

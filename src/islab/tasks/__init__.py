@@ -7,12 +7,13 @@ A task is a package ``islab/tasks/<name>/`` (or any installed package announced 
     <name>/<name>_env.py       <Name>EnvCfg (observation_space, action_space, num_envs) and <Name>Env
     <name>/agents/*.yaml       one agent config per library, in that library's own format
 
-A task that needs an optional extra says so with ``kwargs={"islab_extra": "<extra>"}`` (mjlab's
-robots in ``islab/tasks/mjlab/``): it is listed without the extra and refused before launch.
+A task that needs an optional extra says so in its entry point (``"islab.tasks.mjlab [mjlab]"``):
+it is listed without the extra and refused before launch. mjlab's own registry becomes islab tasks
+through one bridge package (``islab/tasks/mjlab/``).
 
-Importing this package is cheap and torch-free: :data:`TASKS` reads the registrations statically
-(:mod:`islab.tasks.registry`), so the launcher validates ``--task`` and finds agent configs
-before anything heavy is imported. A rank imports the task package itself (``import_task``).
+Importing this package is cheap and torch-free: :data:`TASKS` knows ids and packages from entry
+points; sizes and agent configs are read from the real registration in a child process and cached
+(:mod:`islab.tasks.metadata`). A rank imports the task package itself (``import_task``).
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from islab.tasks.registry import (
     TaskInfo,
     TaskRegistrationError,
     add_task_module,
+    default_num_envs,
     import_task,
     missing_extra,
     module_file,
-    resource_path,
 )
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "TaskRegistrationError",
     "add_task_module",
     "agent_config_path",
+    "default_num_envs",
     "import_task",
     "libraries_with_agent_config",
     "missing_extra",
@@ -44,12 +46,13 @@ __all__ = [
 
 
 def agent_config_path(lib: str, task_id: str) -> Path:
-    """The YAML that ``<lib>_cfg_entry_point`` of the task's registration names. A task that
-    registers none for ``lib`` gets where it would be by convention: ``agents/<lib>_ppo_cfg.yaml``."""
+    """The YAML of the task's ``<lib>_cfg_entry_point``: its own file when the registration names a
+    YAML, else the config it names written out under the cache (see :mod:`islab.tasks.probe`). A
+    task that registers none for ``lib`` gets where it would be by convention: ``agents/<lib>_ppo_cfg.yaml``."""
     info = TASKS[task_id]
-    spec = info.agent_configs.get(LIBRARIES[lib].cfg_entry_point_key) if lib in LIBRARIES else None
-    if spec:
-        return resource_path(spec)
+    path = info.agent_configs.get(lib)
+    if path:
+        return Path(path)
     return module_file(info.package).parent / "agents" / f"{lib}_ppo_cfg.yaml"
 
 

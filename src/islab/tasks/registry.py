@@ -1,66 +1,71 @@
-"""Reading task registrations without importing them (torch-, numpy- and gymnasium-free).
+"""The task registry: ids from entry-point metadata, everything else from the real registration.
 
-A task is a package that registers itself with gymnasium the way Isaac Lab's tasks do: its
-``__init__.py`` calls ``gym.register(id=..., entry_point=f"{__name__}.<name>_env:<Name>Env",
-kwargs={"env_cfg_entry_point": ..., "<lib>_cfg_entry_point": f"{agents.__name__}:<file>.yaml"})``
-(``islab/tasks/cartpole/__init__.py`` is the example to copy), and is announced in its
-distribution's metadata, so nothing has to be imported to list it::
+A task is ordinary Isaac Lab-style Python: a package whose ``__init__.py`` calls
+``gym.register(id=..., entry_point=..., kwargs={"env_cfg_entry_point": <config class>,
+"<lib>_cfg_entry_point": <agent config>})`` with whatever values it computes (sizes, configs,
+loops over another registry: mjlab's bridge registers every mjlab task that way). It is announced
+in its distribution's metadata, which is all the launcher needs to know it exists::
 
     [project.entry-points."islab.tasks"]
     "Islab-Cartpole-v0" = "islab.tasks.cartpole"
+    "Mjlab-Velocity-Flat-Unitree-Go1" = "islab.tasks.mjlab [mjlab]"   # needs the [mjlab] extra
 
-A module that is not installed joins with ``--task-module MOD`` (:meth:`TaskTable.add_module`): it
-is looked up from the working directory as ``python -m`` would, and every rank imports it too.
+The extra in brackets (entry-point syntax) names an islab-train extra the task needs; the extra
+installs a module of that name, and without it the task is listed but refused before launch.
 
-The launcher must validate ``--task`` and show ``islab-train tasks`` before torch is imported, but
-importing a task package imports gymnasium and its env module imports torch. So this module
-parses the package's ``__init__.py`` with :mod:`ast` instead: the ``register`` call's literal
-arguments, with the f-strings ``{__name__}`` and ``{<imported module>.__name__}`` resolved. The
-observation and action sizes and the default number of envs are the env config class's literal
-``observation_space``, ``action_space`` and ``num_envs`` (Isaac Lab's names). A rank imports the
-package for real (:func:`import_task`), which runs the same ``gym.register``.
+Sizes, the default number of envs and agent configs come from importing the package, which costs
+torch: :mod:`islab.tasks.metadata` does it in a child process when a command needs them
+(``islab-train tasks``, the default ``num_envs`` and budget, override checks) and caches the answer
+per installed version. A module that is not installed joins with ``--task-module MOD``
+(:meth:`TaskTable.add_module`): found from the working directory as ``python -m`` would, read by
+the same probe, imported by every rank.
 """
 
 from __future__ import annotations
 
-import ast
 import importlib
 import importlib.util
 import os
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import cache
 from importlib.metadata import entry_points
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+
+from islab.tasks.metadata import Describer, ProbeError
 
 ENTRY_POINT_GROUP = "islab.tasks"
-ENV_CFG_KEY = "env_cfg_entry_point"
-EXTRA_KEY = "islab_extra"  # an islab-train extra the task needs; the extra installs a module of that name
 
 
 class TaskRegistrationError(ValueError):
-    """A task package's registration cannot be read statically; the message says what to change."""
+    """A task cannot be read: not installed, registers nothing, or its import fails (message says which)."""
+
+
+@dataclass(frozen=True)
+class TaskEntry:
+    """What entry-point metadata says about a task: enough to launch it, read without importing."""
+
+    task_id: str
+    package: str  # imported by the probe and by ranks ("islab.tasks.cartpole")
+    extra: str = ""  # the islab-train extra (= module) it needs, e.g. "mjlab"; "" = none
+    distribution: str | None = None  # the installed distribution announcing it; None for --task-module
 
 
 @dataclass(frozen=True)
 class TaskInfo:
-    """One registered task, as its package declares it."""
+    """One task as its real registration describes it (read by :mod:`islab.tasks.probe`)."""
 
     task_id: str
-    package: str  # the task package ("islab.tasks.cartpole"), imported by ranks
-    env_entry_point: str  # "module:Class" of the DirectRLEnv subclass
-    cfg_entry_point: str  # "module:Class" of its config dataclass
-    agent_configs: Mapping[str, str] = field(default_factory=dict)  # "<lib>_cfg_entry_point" -> "pkg:file.yaml"
-    observation_size: int = 0
-    action_size: int = 0
-    default_num_envs: int = 0
-    extra: str = ""  # the islab-train extra (= module) the task needs, e.g. "mjlab"; "" = none
-
-
-# -- locating source files without importing -----------------------------------------------------
+    package: str
+    extra: str = ""
+    env_entry_point: str = ""
+    cfg_entry_point: str = ""
+    agent_configs: Mapping[str, str] = field(default_factory=dict)  # lib -> YAML path
+    observation_size: int | None = None
+    action_size: int | None = None
+    default_num_envs: int | None = None
+    unavailable: str | None = None  # why islab cannot train it (registration kwarg ``islab_unavailable``)
 
 
 def module_file(module: str) -> Path:
@@ -88,184 +93,133 @@ def _candidates(location: Path, name: str) -> tuple[Path, Path]:
     return location / name / "__init__.py", location / f"{name}.py"
 
 
-def resource_path(spec: str) -> Path:
-    """``"package:file.yaml"`` (Isaac Lab's agent-config entry points) as a file path."""
-    package, _, name = spec.partition(":")
-    return module_file(package).parent / name
-
-
-# -- reading a register() call -------------------------------------------------------------------
-
-
-@cache
-def _parse(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-
-
-def _module_names(tree: ast.Module, package: str) -> dict[str, str]:
-    """Names bound by imports in a package's ``__init__.py`` -> full module names."""
-    names: dict[str, str] = {}
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level == 1:  # "from . import agents" / "from .sub import x"
-                base = f"{package}.{node.module}" if node.module else package
-            for alias in node.names:
-                names[alias.asname or alias.name] = f"{base}.{alias.name}"
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                bound = alias.asname or alias.name.split(".")[0]
-                names[bound] = alias.name if alias.asname else bound
-    return names
-
-
-def _literal(node: ast.AST, package: str, names: Mapping[str, str], where: str) -> Any:
-    """A literal, an f-string over ``__name__`` / ``<module>.__name__``, or a dict of those."""
-    if isinstance(node, ast.Constant):
-        return node.value
-    if isinstance(node, ast.Dict):
-        return {
-            _literal(key, package, names, where): _literal(value, package, names, where)
-            for key, value in zip(node.keys, node.values, strict=True)
-            if key is not None
-        }
-    if isinstance(node, ast.JoinedStr):
-        parts = []
-        for value in node.values:
-            if isinstance(value, ast.FormattedValue):
-                parts.append(_literal(value.value, package, names, where))
-            else:
-                parts.append(_literal(value, package, names, where))
-        return "".join(str(part) for part in parts)
-    if isinstance(node, ast.Name) and node.id == "__name__":
-        return package
-    if (
-        isinstance(node, ast.Attribute)
-        and node.attr == "__name__"
-        and isinstance(node.value, ast.Name)
-        and node.value.id in names
-    ):
-        return names[node.value.id]
-    raise TaskRegistrationError(
-        f"{where}: line {getattr(node, 'lineno', '?')}: gym.register arguments must be literals or f-strings "
-        "over __name__ / <imported module>.__name__, so the launcher can read them without importing the task"
-    )
-
-
-def registrations(package: str) -> dict[str, dict[str, Any]]:
-    """Every ``register(id=..., ...)`` call in ``package``'s ``__init__.py``: id -> its arguments."""
+def _source(package: str) -> Path:
+    """What the cache fingerprints: a package's folder, or a plain module's file."""
     path = module_file(package)
-    tree = _parse(path)
-    names = _module_names(tree, package)
-    found: dict[str, dict[str, Any]] = {}
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and _called_name(node.func) == "register"):
-            continue
-        arguments = {kw.arg: _literal(kw.value, package, names, str(path)) for kw in node.keywords if kw.arg}
-        if isinstance(arguments.get("id"), str):
-            found[arguments["id"]] = arguments
-    return found
-
-
-def _called_name(func: ast.AST) -> str | None:
-    if isinstance(func, ast.Attribute):
-        return func.attr
-    return func.id if isinstance(func, ast.Name) else None
-
-
-def class_literals(entry_point: str) -> dict[str, Any]:
-    """The literal class attributes of ``"module:Class"`` (and of its bases in the same module)."""
-    module, _, class_name = entry_point.partition(":")
-    tree = _parse(module_file(module))
-    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
-    values: dict[str, Any] = {}
-    chain: list[ast.ClassDef] = []
-    current = classes.get(class_name)
-    while current is not None and current not in chain:
-        chain.append(current)
-        base = current.bases[0] if current.bases else None
-        current = classes.get(base.id) if isinstance(base, ast.Name) else None
-    for cls in reversed(chain):  # the subclass's values win
-        for statement in cls.body:
-            target = statement.target if isinstance(statement, ast.AnnAssign) else None
-            if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
-                target = statement.targets[0]
-            value = getattr(statement, "value", None)
-            if isinstance(target, ast.Name) and isinstance(value, ast.Constant):
-                values[target.id] = value.value
-    return values
-
-
-def read_task(task_id: str, package: str) -> TaskInfo:
-    """``task_id``'s registration in ``package``, statically."""
-    found = registrations(package)
-    if task_id not in found:
-        raise TaskRegistrationError(
-            f"task {task_id!r}: {module_file(package)} has no gym.register(id={task_id!r}, ...); "
-            f"the entry point in group {ENTRY_POINT_GROUP!r} must name the package that registers it"
-        )
-    arguments = found[task_id]
-    kwargs = dict(arguments.get("kwargs") or {})
-    cfg_entry_point = kwargs.pop(ENV_CFG_KEY, "")
-    extra = str(kwargs.pop(EXTRA_KEY, ""))
-    literals = class_literals(cfg_entry_point) if cfg_entry_point else {}
-    return TaskInfo(
-        task_id=task_id,
-        package=package,
-        env_entry_point=str(arguments.get("entry_point", "")),
-        cfg_entry_point=cfg_entry_point,
-        agent_configs=MappingProxyType({k: v for k, v in kwargs.items() if k.endswith("_cfg_entry_point")}),
-        observation_size=int(literals.get("observation_space", 0)),
-        action_size=int(literals.get("action_space", 0)),
-        default_num_envs=int(literals.get("num_envs", 0)),
-        extra=extra,
-    )
+    return path.parent if path.name == "__init__.py" else path
 
 
 class TaskTable(Mapping[str, TaskInfo]):
-    """Task id -> :class:`TaskInfo`, from the ``islab.tasks`` entry points of every installed
-    distribution, plus the tasks of modules added with :meth:`add_module` (``--task-module``);
-    each registration is read the first time it is asked for."""
+    """Task id -> :class:`TaskInfo`. Iterating, ``in`` and :meth:`entry` read entry points only;
+    ``table[task_id]`` reads the registration (cached; see :mod:`islab.tasks.metadata`)."""
 
     def __init__(self) -> None:
-        self._packages: dict[str, str] | None = None
+        self._entries: dict[str, TaskEntry] | None = None
+        self._modules: list[str] = []  # --task-module packages: ids found by importing them
         self._infos: dict[str, TaskInfo] = {}
+        self._errors: dict[str, str] = {}  # package -> why it cannot be read
+        self.describer = Describer()
 
     @property
-    def packages(self) -> dict[str, str]:
-        if self._packages is None:
-            self._packages = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
-        return self._packages
+    def entries(self) -> dict[str, TaskEntry]:
+        if self._entries is None:
+            self._entries = {}
+            for ep in entry_points(group=ENTRY_POINT_GROUP):
+                distribution = ep.dist.name if ep.dist is not None else None
+                extra = ep.extras[0] if ep.extras else ""
+                self._entries[ep.name] = TaskEntry(ep.name, ep.module, extra, distribution)
+        return self._entries
+
+    def entry(self, task_id: str) -> TaskEntry:
+        return self.entries[task_id]
+
+    def missing_extra(self, task_id: str) -> str | None:
+        """The extra ``task_id`` needs when its module is not installed, else None. Checked with
+        ``find_spec`` on the top-level module, which imports nothing (mjlab costs torch and Warp)."""
+        extra = self.entries[task_id].extra
+        return extra if extra and importlib.util.find_spec(extra) is None else None
 
     def add_module(self, module: str) -> list[str]:
-        """Announce the tasks that ``module`` registers (read statically) without installing a
-        package; returns their ids. An id that an installed package registers too stays with the
-        package is an error: a stray module must not shadow a task."""
-        ids = list(registrations(module))
-        if not ids:
-            raise TaskRegistrationError(
-                f"{module_file(module)} calls no gym.register(id=..., ...): a task module registers its tasks "
-                "the way Isaac Lab's task packages do"
+        """Announce the tasks that ``module`` registers (imported by the probe) without installing
+        a package; returns their ids. A module may not re-register an installed package's id."""
+        source = _source(module)
+        if module not in self._modules:
+            answer = self.describer.describe({module: (None, (), source)})[module]
+            if isinstance(answer, ProbeError):
+                raise TaskRegistrationError(f"{answer}; `python -c 'import {module}'` shows the whole traceback")
+            if not answer:
+                raise TaskRegistrationError(
+                    f"{module_file(module)} calls no gym.register(id=..., ...): a task module registers its tasks "
+                    "the way Isaac Lab's task packages do"
+                )
+            for task_id, description in answer.items():
+                owner = self.entries.setdefault(task_id, TaskEntry(task_id, module)).package
+                if owner != module:
+                    raise TaskRegistrationError(f"{module} registers {task_id!r}, which {owner} already registers")
+                self._infos[task_id] = _info(self.entries[task_id], description)
+            self._modules.append(module)
+        return [task_id for task_id, entry in self.entries.items() if entry.package == module]
+
+    def describe(self, task_ids: list[str]) -> None:
+        """Read the registrations of ``task_ids`` (one child process for every stale package)."""
+        requests = {}
+        for task_id in task_ids:
+            entry = self.entries[task_id]
+            if task_id in self._infos or entry.package in self._errors or self.missing_extra(task_id):
+                continue  # known, or known not to import (a missing extra is reported as such)
+            announced = [t for t, e in self.entries.items() if e.package == entry.package]
+            try:
+                source = _source(entry.package)
+            except TaskRegistrationError as error:
+                self._errors[entry.package] = str(error)
+                continue
+            requests[entry.package] = (announced, (entry.distribution, entry.extra or None), source)
+        for package, answer in self.describer.describe(requests).items():
+            if isinstance(answer, ProbeError):
+                self._errors[package] = str(answer)
+                continue
+            for task_id, description in answer.items():
+                if task_id in self.entries:
+                    self._infos[task_id] = _info(self.entries[task_id], description)
+
+    def problem(self, task_id: str) -> tuple[str, str] | None:
+        """Why ``task_id``'s registration cannot be read (its import fails...) and the fix, else None."""
+        extra = self.missing_extra(task_id)
+        if extra:
+            return (
+                f"task {task_id} needs the [{extra}] extra, which is not installed (no module {extra!r})",
+                f"Install islab-train[{extra}]",
             )
-        for task_id in ids:
-            owner = self.packages.setdefault(task_id, module)
-            if owner != module:
-                raise TaskRegistrationError(f"{module} registers {task_id!r}, which {owner} already registers")
-        return ids
+        self.describe([task_id])
+        if task_id in self._infos:
+            return None
+        package = self.entries[task_id].package
+        why = self._errors.get(package, f"{package} did not register {task_id}")
+        return (
+            f"task {task_id}: {why}",
+            f"Fix the task package {package} (`python -c 'import {package}'` shows the whole traceback)",
+        )
 
     def __getitem__(self, task_id: str) -> TaskInfo:
-        if task_id not in self._infos:
-            self._infos[task_id] = read_task(task_id, self.packages[task_id])
+        problem = self.problem(task_id)
+        if problem is not None:
+            raise TaskRegistrationError(". ".join(problem))
         return self._infos[task_id]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.packages)
+        return iter(self.entries)
 
     def __len__(self) -> int:
-        return len(self.packages)
+        return len(self.entries)
 
     def __contains__(self, task_id: object) -> bool:
-        return task_id in self.packages
+        return task_id in self.entries
+
+
+def _info(entry: TaskEntry, description: Mapping[str, object]) -> TaskInfo:
+    configs = description.get("agent_configs") or {}
+    return TaskInfo(
+        task_id=entry.task_id,
+        package=entry.package,
+        extra=entry.extra,
+        env_entry_point=str(description.get("env_entry_point", "")),
+        cfg_entry_point=str(description.get("cfg_entry_point", "")),
+        agent_configs=MappingProxyType(dict(configs)),  # type: ignore[arg-type]
+        observation_size=description.get("observation_size"),  # type: ignore[arg-type]
+        action_size=description.get("action_size"),  # type: ignore[arg-type]
+        default_num_envs=description.get("default_num_envs"),  # type: ignore[arg-type]
+        unavailable=description.get("unavailable"),  # type: ignore[arg-type]
+    )
 
 
 TASKS = TaskTable()
@@ -281,14 +235,19 @@ def add_task_module(module: str) -> list[str]:
 
 
 def missing_extra(task_id: str) -> str | None:
-    """The extra ``task_id`` needs when its module is not installed, else None. Checked with
-    ``find_spec`` on the top-level module, which imports nothing (mjlab costs torch and Warp)."""
-    extra = TASKS[task_id].extra
-    return extra if extra and importlib.util.find_spec(extra) is None else None
+    return TASKS.missing_extra(task_id)
 
 
-def import_task(task_id: str) -> TaskInfo:
+def default_num_envs(task_id: str) -> int | None:
+    """The task's default number of envs, or None when it cannot be read (the launcher's checks
+    then report why: a missing extra, a failing import)."""
+    if task_id not in TASKS or missing_extra(task_id) or TASKS.problem(task_id):
+        return None
+    return TASKS[task_id].default_num_envs
+
+
+def import_task(task_id: str) -> TaskEntry:
     """On a rank: import the task's package, which registers it with gymnasium."""
-    info = TASKS[task_id]
-    importlib.import_module(info.package)
-    return info
+    entry = TASKS.entry(task_id)
+    importlib.import_module(entry.package)
+    return entry

@@ -1,8 +1,8 @@
 """Pendulum swing-up: gymnasium's ``Pendulum-v1`` as a batched-torch ``islab.envs.DirectRLEnv``.
 
-Registered exactly as Isaac Lab registers its tasks. islab-train's launcher reads this call
-without running it (no torch in the launcher), so keep every argument a literal or an f-string
-over ``__name__`` / ``agents.__name__``. Importing this module imports gymnasium only: the env
+Registered exactly as Isaac Lab registers its tasks: ordinary Python. islab-train's launcher
+never imports it (no torch in the launcher); it reads the registration in a child process when it
+needs the sizes or agent configs, and caches them until a file here changes. Importing this module imports gymnasium only: the env
 module (and torch) is loaded when a rank builds the env from ``entry_point``.
 """
 

@@ -36,7 +36,7 @@ from islab.envs import DirectRLEnv, DirectRLEnvCfg
 
 @dataclass
 class PendulumEnvCfg(DirectRLEnvCfg):
-    # Literal class attributes: islab-train's launcher reads them without importing this module.
+    # What `islab-train tasks` shows and the default --num-envs (read from an instance of this config).
     # Annotated, unlike Isaac Lab's @configclass cfgs: in a plain dataclass a bare
     # ``observation_space = 3`` would be overwritten by DirectRLEnvCfg's field default (0) at init.
     num_envs: int = 256  # per rank

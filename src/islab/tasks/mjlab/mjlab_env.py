@@ -15,10 +15,9 @@ mjlab's ``ManagerBasedRlEnv`` already steps like Isaac Lab's: batched tensors on
   adapters' mean return and skrl's logging read them).
 * Build: our config (``MjlabTaskCfg``: the mjlab task id, ``num_envs``, ``seed``) ->
   ``load_env_cfg(task)``, ``cfg.scene.num_envs``, ``cfg.seed`` = the rank's seed (mjlab seeds
-  Python, numpy, torch and Warp with it), ``ManagerBasedRlEnv(cfg, device)``. The config classes
-  carry literal ``observation_space`` (the actor group's size), ``action_space`` and ``num_envs``
-  for the launcher, which reads them without importing this module; a test checks them against
-  the real envs.
+  Python, numpy, torch and Warp with it), ``ManagerBasedRlEnv(cfg, device)``. The observation and
+  action sizes of a manager-based env exist only once it is built (its managers evaluate every
+  term), so ``islab-train tasks`` shows none for mjlab tasks.
 * RNG: mjlab draws from the global torch generator (and Warp's), so ``generator`` is None and the
   islab checkpoint's torch RNG state covers it.
 * Warp compiles its kernels on first use (Go1: ~25 s once); point ``WARP_CACHE_PATH`` at a
@@ -44,36 +43,34 @@ GROUP_NAMES = {"actor": "policy", "critic": "critic"}
 
 @dataclass
 class MjlabTaskCfg:
-    """Which mjlab task to build, and how many envs with which seed."""
+    """Which mjlab task to build, and how many envs with which seed (``functools.partial`` of it
+    with ``mjlab_task`` is each task's ``env_cfg_entry_point``)."""
 
     mjlab_task: str = ""
     # Envs per rank when --num-envs is not given: mjlab's own default is 4096 per GPU, far too
     # many for a CPU rank (Go1 steps at ~100-200 env steps/s per core).
     num_envs: int = 64
     seed: int | None = None
-    observation_space: int = 0  # the actor group's size
-    action_space: int = 0
 
 
-@dataclass
-class CartpoleBalanceCfg(MjlabTaskCfg):
-    mjlab_task: str = "Mjlab-Cartpole-Balance"
-    observation_space: int = 5
-    action_space: int = 1
+def unavailable_reason(task_id: str) -> str | None:
+    """Why islab cannot train ``task_id`` (read from its env config, without building it), or None."""
+    from mjlab.tasks.registry import load_env_cfg
 
-
-@dataclass
-class Go1FlatCfg(MjlabTaskCfg):
-    mjlab_task: str = "Mjlab-Velocity-Flat-Unitree-Go1"
-    observation_space: int = 48  # critic: 72
-    action_space: int = 12
-
-
-@dataclass
-class G1FlatCfg(MjlabTaskCfg):
-    mjlab_task: str = "Mjlab-Velocity-Flat-Unitree-G1"
-    observation_space: int = 99
-    action_space: int = 29
+    cfg = load_env_cfg(task_id)
+    extra_groups = sorted(set(cfg.observations) - set(GROUP_NAMES))
+    if extra_groups:
+        return (
+            f"its observation groups {extra_groups} (camera images) have no place in islab's env contract, "
+            "which maps only mjlab's actor and critic groups"
+        )
+    for name, command in (cfg.commands or {}).items():
+        if getattr(command, "motion_file", None) == "":
+            return (
+                f"its {name!r} command replays a motion file (.npz) that mjlab does not ship "
+                "(mjlab's tracking tasks download one from a W&B registry)"
+            )
+    return None
 
 
 def _box(space: Any) -> gymnasium.spaces.Box:

@@ -1,7 +1,7 @@
 """Quadcopter: fly a Crazyflie to a goal (Isaac Lab's ``Isaac-Quadcopter-Direct-v0``, in torch).
 
-Registered the way Isaac Lab registers its tasks; the launcher reads this call without running it
-(``islab.tasks.registry``), so its arguments stay literals and f-strings over ``__name__``.
+Registered the way Isaac Lab registers its tasks; the launcher never imports it: the task probe
+(``islab.tasks.probe``) does, in a child process, and its findings are cached.
 """
 
 import gymnasium as gym
