@@ -31,7 +31,9 @@ from islab.launcher.spec import (
     CHOICES,
     DEFAULT_C10D_ID,
     DEFAULT_MULTINODE_MASTER_PORT,
-    DEFAULT_RDZV_TIMEOUT_S,
+    JAX_INIT_TIMEOUT_S,
+    TORCHRUN_C10D_JOIN_TIMEOUT_S,
+    TORCHRUN_STATIC_RDZV_TIMEOUT_S,
     Rendezvous,
     RunSpec,
 )
@@ -183,8 +185,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("--rdzv-id", "c10d rendezvous: job id shared by all nodes.", PANEL_CLUSTER, "rendezvous.id", str,
            f"Default: {DEFAULT_C10D_ID}."),
     Option("--rdzv-timeout", "How long node 0 waits for every node to join before failing with a clear message "
-           "(torchrun static and c10d, and skrl-JAX).", PANEL_CLUSTER, "rendezvous.timeout_s", int, "Default: {}.",
-           metavar="SECONDS"),
+           "(torchrun static and c10d, and skrl-JAX).", PANEL_CLUSTER, "rendezvous.timeout_s", int,
+           f"Default: the launcher's own (torchrun static {TORCHRUN_STATIC_RDZV_TIMEOUT_S}, c10d "
+           f"{TORCHRUN_C10D_JOIN_TIMEOUT_S}; skrl-JAX {JAX_INIT_TIMEOUT_S}).", metavar="SECONDS"),
     Option("--rdzv-last-call", "c10d with --nnodes MIN:MAX: once MIN nodes have joined (at the start, or after "
            "a node was lost), how long to wait for more before training starts.", PANEL_CLUSTER,
            "rendezvous.last_call_s", int, "Default: torchrun's 30.", metavar="SECONDS"),
@@ -211,7 +214,7 @@ OPTIONS: tuple[Option, ...] = (
            "the error names the ranks that are behind and where they are stuck. islab's worker only, not a --script "
            "/ --module / --command or a preset. 0 disables.", PANEL_OUTPUT, "hang_timeout_s", int,
            f"Default: {HANG_TIMEOUT_RDZV_FACTOR} x --rdzv-timeout, at least {MIN_DEFAULT_HANG_TIMEOUT_S} "
-           f"({default_hang_timeout(DEFAULT_RDZV_TIMEOUT_S)}).", metavar="SECONDS"),
+           f"({default_hang_timeout(TORCHRUN_STATIC_RDZV_TIMEOUT_S)} for a static rendezvous).", metavar="SECONDS"),
     Option("--logger", "Where rank 0 logs each iteration (env steps, mean return, steps/s, losses). The "
            "libraries always write TensorBoard event files into the run directory; wandb (the [wandb] extra) also "
            "logs to one Weights & Biases run per run directory, step = env steps of the whole job, continued by "

@@ -49,7 +49,9 @@ from islab.launcher.resolve import ResolvedSpec
 from islab.launcher.spec import (
     DEFAULT_C10D_ID,
     DEFAULT_MULTINODE_MASTER_PORT,
-    DEFAULT_RDZV_TIMEOUT_S,
+    JAX_INIT_TIMEOUT_S,
+    TORCHRUN_C10D_JOIN_TIMEOUT_S,
+    TORCHRUN_STATIC_RDZV_TIMEOUT_S,
     WORKER_ONLY_FIELDS,
     RunSpec,
 )
@@ -71,12 +73,23 @@ def default_hang_timeout(rdzv_timeout_s: int) -> int:
     return max(HANG_TIMEOUT_RDZV_FACTOR * rdzv_timeout_s, MIN_DEFAULT_HANG_TIMEOUT_S)
 
 
+def rendezvous_timeout_of(spec: RunSpec) -> int:
+    """Seconds the nodes wait for each other: the user's ``rendezvous.timeout_s``, else the
+    launcher's own default (torchrun static 900 s, c10d join 600 s, JAX 300 s) -- which the
+    launcher then applies itself, as islab passes no timeout in that case."""
+    if spec.rendezvous.timeout_s is not None:
+        return spec.rendezvous.timeout_s
+    if launcher_of(spec.lib, spec.ml_framework) == skrl_jax.NAME:
+        return JAX_INIT_TIMEOUT_S
+    return TORCHRUN_C10D_JOIN_TIMEOUT_S if spec.rendezvous.backend == "c10d" else TORCHRUN_STATIC_RDZV_TIMEOUT_S
+
+
 def hang_timeout_of(spec: RunSpec) -> int:
     """Seconds without progress before the job counts as hung; 0: not watched (a user's entry
     point writes no heartbeats)."""
     if spec.entrypoint is not None:
         return 0
-    return spec.hang_timeout_s if spec.hang_timeout_s is not None else default_hang_timeout(spec.rendezvous.timeout_s)
+    return spec.hang_timeout_s if spec.hang_timeout_s is not None else default_hang_timeout(rendezvous_timeout_of(spec))
 
 
 @dataclass(frozen=True)
@@ -113,7 +126,7 @@ class LaunchPlan:
     # "node(s) did not join" message, to bound the skrl-JAX rendezvous, and for the doctor.
     rendezvous_address: str | None = None
     rendezvous_kind: str | None = None  # "static master" | "c10d endpoint" | "JAX coordinator"
-    rendezvous_timeout_s: int = DEFAULT_RDZV_TIMEOUT_S
+    rendezvous_timeout_s: int = TORCHRUN_STATIC_RDZV_TIMEOUT_S
     nnodes: int = 1
     # What the job trains (iterations x ranks x envs x rollout): shown by the dry run.
     budget: Budget | None = None
@@ -208,7 +221,7 @@ def worker_args(spec: RunSpec, run_dir: str) -> list[str]:
         "--checkpoint-interval", str(spec.checkpoint_interval),
         *(["--logger", spec.logger] if spec.logger != "tensorboard" else []),
         # a collective waits as long as the rendezvous does: a vanished node fails the job, not hangs it
-        "--peer-timeout", str(spec.rendezvous.timeout_s),
+        "--peer-timeout", str(rendezvous_timeout_of(spec)),
         *(["--resume", spec.resume] if spec.resume is not None else []),
         *spec.overrides,
     ]  # fmt: skip
@@ -299,6 +312,8 @@ def build_plan(spec: RunSpec, *, now: datetime, free_port: int, slurm_job_id: in
             nodes.append(NodePlan(node_rank, argv, env, ranks))
         else:
             nodes.append(NodePlan(node_rank, torchrun.node_argv(spec, node_rank, derived, worker), env))
+    if spec.rendezvous.timeout_s is None:
+        derived = {**derived, "rendezvous.timeout_s": str(rendezvous_timeout_of(spec))}
     if spec.hang_timeout_s is None and spec.entrypoint is None:
         derived = {**derived, "hang_timeout_s": str(hang_timeout_of(spec))}
     address, kind = _meeting_point(derived)
@@ -310,7 +325,7 @@ def build_plan(spec: RunSpec, *, now: datetime, free_port: int, slurm_job_id: in
         node0_port=node0_port,
         rendezvous_address=address,
         rendezvous_kind=kind,
-        rendezvous_timeout_s=spec.rendezvous.timeout_s,
+        rendezvous_timeout_s=rendezvous_timeout_of(spec),
         nnodes=spec.nnodes,
         budget=budget_of(spec) if spec.entrypoint is None else None,
         entrypoint=spec.entrypoint is not None,
