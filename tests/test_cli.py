@@ -434,7 +434,10 @@ def test_the_option_table_is_the_one_declaration_of_every_option(islab):
     assert sorted(fields) == sorted(set(FIELDS) - {"env", "overrides", "args"})
     assert spec_default("max_iterations") == 150 and spec_default("rendezvous.timeout_s") is None
     code, out, _ = islab("--help")
-    assert code == 0 and "Default: 150." in out and "torchrun static 900, c10d 600" in out
+    assert code == 0 and "Default: 150." in out and "--rdzv-timeout" in out
+    from islab.cli.options import BY_NAME
+
+    assert "torchrun static 900, c10d 600; skrl-JAX 300" in BY_NAME["rdzv_timeout"].help_text()
 
 
 def test_per_node_options_must_agree_with_the_shared_cluster_file(islab, tmp_path):

@@ -117,7 +117,7 @@ def _launch(tmp_path: Path, *args: str, extra_env: dict[str, str] | None = None)
 def test_script_runs_on_two_cpu_ranks_with_rank_logs_and_a_named_failing_rank(tmp_path):
     ok = _launch(tmp_path, "--run-name", "ok", "--script", str(DDP), "--", "--steps", "3", "--device", "cpu")
     assert ok.returncode == 0, ok.stderr[-3000:]
-    (run_dir,) = (tmp_path / "runs" / "rsl_rl" / "ddp_finetune").glob("*_ok")
+    (run_dir,) = (tmp_path / "runs" / "script" / "ddp_finetune").glob("*_ok")
     assert (run_dir / "finetune.pt").is_file()  # rank 0 wrote where ISLAB_RUN_DIR pointed
     for rank in (0, 1):  # the launcher wrote each rank's log, attributed by rank (the script does not)
         assert f"rank {rank} done: world 2 digest" in (run_dir / "logs" / f"rank_{rank}.log").read_text()

@@ -212,6 +212,21 @@ def test_run_dir_uses_clock_and_run_name():
     assert a_second_later == "logs/rsl_rl/Islab-Cartpole-v0/2026-03-04_05-06-08" != plan_for().run_dir
 
 
+def test_run_dirs_are_named_by_what_ran():
+    """Isaac Lab's train.py, mjlab's train and a user's entry point are not islab's <lib>/<task>
+    (issue 23 item 11: they were logs/rsl_rl/train/...)."""
+    tree = str(Path(__file__).resolve().parent / "fixtures" / "isaaclab_tree")
+    isaaclab = plan_for(device="cpu", lib="rl_games", isaaclab=tree, task="Isaac-Cartpole-v0")
+    assert isaaclab.run_dir == f"logs/isaaclab-rl_games/Isaac-Cartpole-v0/{STAMP}"
+    mjlab = plan_for(device="cpu", mjlab=True, task="Mjlab-Cartpole-Balance", run_name="a")
+    assert mjlab.run_dir == f"logs/mjlab/Mjlab-Cartpole-Balance/{STAMP}_a"
+    for kind, name, label in (("script", "/x/ddp_finetune.py", "ddp_finetune"), ("module", "pkg.train", "pkg.train"),
+                              ("command", "train", "train")):  # fmt: skip
+        plan = plan_for(device="cpu", entrypoint={kind: name})
+        assert plan.run_dir == f"logs/{kind}/{label}/{STAMP}", plan.run_dir
+    assert plan_for(device="cpu").run_dir == f"logs/rsl_rl/Islab-Cartpole-v0/{STAMP}"  # our worker: unchanged
+
+
 def test_every_node_of_a_job_names_the_same_run_dir_whatever_its_clock():
     two_nodes = {"nnodes": 2, "rendezvous.master_addr": "10.0.0.1", "rendezvous.master_port": 29500}
 

@@ -201,7 +201,8 @@ OPTIONS: tuple[Option, ...] = (
            default="[default: auto]"),
     # --- output ------------------------------------------------------------------------------
     Option("--run-name", "Suffix of the run directory; letters, digits, . _ - only.", PANEL_OUTPUT, "run_name"),
-    Option("--log-dir", "Root of run directories: <log_dir>/<lib>/<task>/<time>[_<run_name>].", PANEL_OUTPUT,
+    Option("--log-dir", "Root of run directories: <log_dir>/<lib>/<task>/<time>[_<run_name>] (an entry point: "
+           "script|module|command/<name>/...; presets: isaaclab-<lib>/<task>/..., mjlab/<task>/...).", PANEL_OUTPUT,
            "log_dir", str, "Default: {}."),
     Option("--resume", "Continue a run: its run directory (training goes on there) or a checkpoint file (a new "
            "run directory). --max-iterations M more iterations (or --total-env-steps N more env steps) are "

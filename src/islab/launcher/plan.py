@@ -152,8 +152,9 @@ class LaunchPlan:
 
 
 def run_dir_for(spec: RunSpec, now: datetime, slurm_job_id: int | None = None) -> str:
-    """``<log_dir>/<lib>/<task>/<leaf>[_<run_name>]`` -- chosen once, for all ranks; or the run
-    directory being resumed, so a resumed run keeps its logs and checkpoints together.
+    """``<log_dir>/<lib>/<task>/<leaf>[_<run_name>]`` (other entry points: :func:`what_ran`) -- chosen
+    once, for all ranks; or the run directory being resumed, so a resumed run keeps its logs and
+    checkpoints together.
 
     A SLURM job's leaf is ``slurm-<job id>``: every node knows it, and a requeued job (same id)
     finds its own run directory again and resumes from its checkpoint (:mod:`islab.worker.resume`).
@@ -171,9 +172,38 @@ def run_dir_for(spec: RunSpec, now: datetime, slurm_job_id: int | None = None) -
     else:
         leaf = now.strftime(RUN_DIR_TIME_FORMAT)
     leaf = f"{leaf}_{spec.run_name}" if spec.run_name else leaf
-    if spec.entrypoint is not None:  # <log_dir>/<lib>/<script stem | module | command>/<leaf>
-        return str(PurePath(spec.log_dir, spec.lib, entry_label(spec.entrypoint), leaf))
-    return str(PurePath(spec.log_dir, spec.lib, spec.task, leaf))
+    return str(PurePath(spec.log_dir, *what_ran(spec), leaf))
+
+
+def what_ran(spec: RunSpec) -> tuple[str, str]:
+    """The two directory levels between ``log_dir`` and a run's leaf, named by what ran: our worker
+    ``<lib>/<task>``; Isaac Lab's train.py ``isaaclab-<lib>/<task>`` (one script per library, as
+    Isaac Lab's own ``logs/<lib>/``); mjlab's train ``mjlab/<task>``; a user's entry point
+    ``script/<stem>``, ``module/<name>`` or ``command/<name>`` -- the library only picks the
+    launcher there, so it would name nothing that ran."""
+    if spec.entrypoint is None:
+        return spec.lib, spec.task
+    if spec.isaaclab is not None:
+        return f"isaaclab-{spec.lib}", _directory_safe(_option_value(spec.args, "--task") or "task")
+    if spec.mjlab:  # the preset puts mjlab's task id first
+        return "mjlab", _directory_safe(spec.args[0] if spec.args else "task")
+    ((kind, _),) = spec.entrypoint.items()
+    return kind, entry_label(spec.entrypoint)
+
+
+def _option_value(args: tuple[str, ...], option: str) -> str | None:
+    """The last value of ``option`` (``--opt V`` or ``--opt=V``) in ``args``: argparse keeps the last."""
+    found = None
+    for index, arg in enumerate(args):
+        if arg == option and index + 1 < len(args):
+            found = args[index + 1]
+        elif arg.startswith(f"{option}="):
+            found = arg.partition("=")[2]
+    return found
+
+
+def _directory_safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in name).lstrip(".") or "_"
 
 
 def _shared_digest(spec: RunSpec) -> str:
@@ -191,7 +221,7 @@ def entry_label(entrypoint: Mapping[str, str]) -> str:
     """A directory-safe name for an entry point: the script's stem, the module or the command."""
     ((kind, name),) = entrypoint.items()
     label = PurePath(name).stem if kind == "script" else PurePath(name).name
-    return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in label) or kind
+    return _directory_safe(label) if label else kind
 
 
 def entry_argv(spec: RunSpec) -> list[str]:
