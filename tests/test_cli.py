@@ -70,7 +70,13 @@ def test_gpus_all_counts_cuda_visible_devices(islab, monkeypatch):
     argv = dry_json(islab, "--gpus", "all")["nodes"][0]["argv"]
     assert argv[argv.index("--nproc_per_node") + 1] == "3"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert_usage_error(islab("--gpus", "all", "--dry-run"), "--gpus", "--device cpu --nproc N")
+    # a dry run plans GPU jobs anywhere (issue 23 item 12): 'all' is 1 GPU per node, said in one warning
+    code, out, err = islab("--gpus", "all", "--dry-run", "--json")
+    assert code == 0, err
+    argv = json.loads(out)["nodes"][0]["argv"]
+    assert argv[argv.index("--nproc_per_node") + 1] == "1"
+    assert len(err.strip().splitlines()) == 1 and err.startswith("warning: --gpus all:") and "1 GPU per node" in err
+    assert_usage_error(islab("--gpus", "all"), "--gpus", "--device cpu --nproc N")  # a real launch is refused
 
 
 def test_precedence_and_sources(islab, tmp_path, monkeypatch):

@@ -152,7 +152,14 @@ def test_isaaclab_preset_maps_options_and_refuses_what_cannot_run(islab, tmp_pat
     err = _error(islab(*CPU2, "--isaaclab", str(TREE), "--task", "Isaac-Cartpol-v0", "--dry-run"), "--task")
     assert "Did you mean Isaac-Cartpole-v0?" in err
     _error(islab(*CPU2, "--isaaclab", str(TREE), "--dry-run"), "task")
-    _error(islab(*CPU2, "--isaaclab", str(tmp_path), "--task", "X", "--dry-run"), "--isaaclab")
+    _error(islab(*CPU2, "--isaaclab", str(tmp_path), "--task", "X"), "--isaaclab")  # a real launch checks the tree
+    # a dry run plans without a checkout here (issue 23 item 12), in one warning line
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # no GPU-count warning besides
+    code, out, err = islab("--gpus", "2", "--isaaclab", str(tmp_path), "--task", "Isaac-Cartpole-v0", "--dry-run")
+    assert code == 0 and "train.py --task Isaac-Cartpole-v0 --headless --distributed" in out, err
+    assert err.startswith("warning: --isaaclab:") and len(err.strip().splitlines()) == 1, err
+    _error(islab("--gpus", "2", "--isaaclab", str(tmp_path), "--task", "X", "--ml-framework", "jax", "--dry-run"),
+           "--isaaclab")  # fmt: skip  # what no checkout could run is still refused
     _error(islab(*CPU2, "--isaaclab", str(TREE), "--task", "Isaac-Cartpole-v0", "--script", "a.py", "--dry-run"),
            "--isaaclab")  # fmt: skip
 

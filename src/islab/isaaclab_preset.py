@@ -69,12 +69,22 @@ def _is_unified(script: Path) -> bool:
 
 def preset_problem(isaaclab_dir: str | Path, library: str, ml_framework: str = "torch") -> str | None:
     """Why this preset cannot run, as ``<problem>. <fix>.``, or None when it can."""
+    return combination_problem(library, ml_framework) or tree_problem(isaaclab_dir, library)
+
+
+def combination_problem(library: str, ml_framework: str = "torch") -> str | None:
+    """What no Isaac Lab checkout could run: a library or framework its scripts do not train with."""
     if library not in LIBRARIES:
         return f"Isaac Lab trains distributed with {', '.join(LIBRARIES)}, not {library!r}. Pick one of those"
     if ml_framework not in ("torch", "jax"):
         return f"unknown ML framework {ml_framework!r}. Use torch or jax"
     if ml_framework == "jax" and library != "skrl":
         return f"only skrl trains with JAX in Isaac Lab, not {library}. Use --lib skrl or --ml-framework torch"
+    return None
+
+
+def tree_problem(isaaclab_dir: str | Path, library: str) -> str | None:
+    """What this machine's directory lacks: it is no Isaac Lab checkout (no train script)."""
     root = Path(isaaclab_dir)
     if not root.is_dir():
         return f"{root} is not a directory. Point --isaaclab (ISLAB_ISAACLAB) at an Isaac Lab checkout"
@@ -190,3 +200,26 @@ def unknown_task_problem(task: str, isaaclab_dir: str | Path) -> str | None:
     suggestion = closest_task_id(task, known)
     hint = f"Did you mean {suggestion}?" if suggestion else f"Registered ids include {', '.join(known[:5])}"
     return f"{task} is not registered under {Path(isaaclab_dir) / 'source'}. {hint}"
+
+
+class UncheckedTree:
+    """The preset for a dry run: plans Isaac Lab's command without a checkout on this machine (as a
+    dry run plans GPUs it cannot see). Impossible library/framework pairs are still refused; what the
+    directory lacks is remembered in ``unchecked`` (one warning line) instead. Task ids are checked
+    when ``DIR/source`` can be read, as in a real launch."""
+
+    def __init__(self) -> None:
+        self.unchecked: list[str] = []
+
+    def preset_problem(self, isaaclab_dir: str | Path, library: str, ml_framework: str = "torch") -> str | None:
+        problem = combination_problem(library, ml_framework)
+        if problem is None and tree_problem(isaaclab_dir, library) is not None:
+            self.unchecked.append(
+                f"warning: --isaaclab: {isaaclab_dir} holds no Isaac Lab train script here; planned without "
+                "checking it (a real launch checks it)"
+            )
+        return problem
+
+    # the rest as in a real launch
+    unknown_task_problem = staticmethod(unknown_task_problem)
+    isaaclab_entry = staticmethod(isaaclab_entry)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from datetime import datetime
 from enum import Enum
 from typing import Any, NoReturn
@@ -36,6 +37,7 @@ from islab.launcher.spec import RunSpec
 from islab.launcher.supervise import ConsoleOptions, run_plan
 from islab.launcher.torchrun import with_c10d_node_facts
 from islab.resolve.allocations import active_allocations
+from islab.resolve.edge import DryRunEdge
 from islab.rundir import rank_log, write_launch_record
 
 # The arguments after `--` (None: no `--` was given), set by islab.cli.run before click parses the rest.
@@ -48,6 +50,7 @@ def entry_args() -> list[str] | None:
 
 
 PROG = "islab-train"
+GPUS_ALL_ASSUMED = "no CUDA device is visible here, so this plan assumes 1 GPU per node"
 
 EPILOG = """\
 [bold]Examples[/bold]
@@ -99,11 +102,12 @@ app = typer_app(add_completion=True)
 
 
 def train(ctx: typer.Context, **options: Any) -> None:
-    resolved = resolve(ctx, options)
+    warnings: list[str] = []  # what a dry run planned without checking it on this machine
+    resolved = resolve(ctx, options, dry_run_warnings=warnings if options["dry_run"] else None)
     if options["json_output"] and not options["dry_run"]:
         fail(SpecError(Issue("--json", "only works together with --dry-run", "Add --dry-run")))
     _plan_and_go(resolved, dry_run=options["dry_run"], json_output=options["json_output"],
-                 all_ranks=options["all_ranks"])  # fmt: skip
+                 all_ranks=options["all_ranks"], warnings=warnings)  # fmt: skip
 
 
 train.__signature__ = signature(train=True)  # type: ignore[attr-defined]
@@ -120,15 +124,26 @@ app.command(
 # ----------------------------------------------------------------------------------------------
 
 
-def resolve(ctx: typer.Context, options: dict[str, Any], *, slurm_layer: Any = None) -> ResolvedSpec:
-    """Command line + ISLAB_* + cluster file (+ SLURM allocation) -> validated spec, or exit 2."""
+def resolve(
+    ctx: typer.Context, options: dict[str, Any], *, slurm_layer: Any = None, dry_run_warnings: list[str] | None = None
+) -> ResolvedSpec:
+    """Command line + ISLAB_* + cluster file (+ SLURM allocation) -> validated spec, or exit 2.
+    ``dry_run_warnings``: given for a dry run, which then plans what this machine cannot check
+    (``--gpus all`` without GPUs, ``--isaaclab`` without a checkout) and says so in this list."""
+    dry_run = dry_run_warnings is not None
     try:
         cli_layer, env_layer = _layers(ctx, options)
-        _apply_gpus(ctx, options.get("gpus"), cli_layer, env_layer)
+        _apply_gpus(ctx, options.get("gpus"), cli_layer, env_layer, dry_run_warnings)
         # The scheduler allocations this process runs in (SLURM under srun or with --slurm), unless
         # the caller plans one itself (sbatch plans the job's allocation before it exists).
         allocations = active_allocations(options, os.environ) if slurm_layer is None else ()
-        return resolve_spec(cli_layer, env_layer, options.get("cluster"), slurm=slurm_layer, allocations=allocations)
+        edge = DryRunEdge() if dry_run else None
+        resolved = resolve_spec(
+            cli_layer, env_layer, options.get("cluster"), slurm=slurm_layer, allocations=allocations, edge=edge
+        )
+        if edge is not None and dry_run_warnings is not None:
+            dry_run_warnings += edge.warnings
+        return resolved
     except SpecError as exc:
         fail(exc)
 
@@ -177,9 +192,15 @@ def slurm_job_of(resolved: ResolvedSpec) -> int | None:
 
 
 def _apply_gpus(
-    ctx: typer.Context, gpus: str | None, cli_layer: dict[str, Provided], env_layer: dict[str, Provided]
+    ctx: typer.Context,
+    gpus: str | None,
+    cli_layer: dict[str, Provided],
+    env_layer: dict[str, Provided],
+    dry_run_warnings: list[str] | None = None,
 ) -> None:
-    """--gpus N|all is shorthand for device=cuda + nproc_per_node=N, in the layer it came from."""
+    """--gpus N|all is shorthand for device=cuda + nproc_per_node=N, in the layer it came from.
+    A dry run on a machine without GPUs plans ``all`` as one GPU per node (the world size, the
+    budget and skrl-JAX's per-rank commands need a number; one is the smallest real plan) and warns."""
     if gpus is None:
         return
     from_env = source_of(ctx, "gpus") == "ENVIRONMENT"
@@ -188,7 +209,10 @@ def _apply_gpus(
     text = gpus.strip().lower()
     if text == "all":
         count = visible_gpu_count()
-        if count == 0:
+        if count == 0 and dry_run_warnings is not None:
+            count = 1
+            dry_run_warnings.append(f"warning: {label} all: {GPUS_ALL_ASSUMED} (a real launch counts the node's GPUs)")
+        elif count == 0:
             raise SpecError(Issue(
                 label,
                 "'all' found no visible CUDA devices (CUDA_VISIBLE_DEVICES / nvidia-smi)",
@@ -224,7 +248,9 @@ def fail(exc: SpecError, code: int = 2) -> NoReturn:
 # ----------------------------------------------------------------------------------------------
 
 
-def _plan_and_go(resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, all_ranks: bool = False) -> None:
+def _plan_and_go(
+    resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, all_ranks: bool = False, warnings: Sequence[str] = ()
+) -> None:
     spec = resolved.spec
     try:
         plan = planner.build_plan(spec, now=datetime.now(), free_port=find_free_port(),
@@ -235,7 +261,10 @@ def _plan_and_go(resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, al
     # The ranks get the spec's env on top of ours: count the GPUs they will see.
     visible_gpus = visible_gpu_count({**os.environ, **spec.env}) if spec.device == "cuda" else 0
     if dry_run:
-        if spec.device == "cuda" and visible_gpus < spec.nproc_per_node:
+        for line in warnings:
+            print(line, file=sys.stderr)
+        gpus_assumed = any(GPUS_ALL_ASSUMED in line for line in warnings)  # said once already
+        if spec.device == "cuda" and visible_gpus < spec.nproc_per_node and not gpus_assumed:
             print(
                 f"warning: planning {spec.nproc_per_node} GPU process(es) per node, but "
                 f"{visible_gpus} CUDA device(s) are visible here (fine for a dry run)",
