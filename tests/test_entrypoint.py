@@ -137,14 +137,20 @@ RSL_TRAIN = TREE / "scripts" / "reinforcement_learning" / "rsl_rl" / "train.py"
 
 @pytest.mark.usefixtures("clean_environment")
 def test_isaaclab_preset_maps_options_and_refuses_what_cannot_run(islab, tmp_path, monkeypatch):
-    argv = _json(islab, *CPU2, "--isaaclab", str(TREE), "--task", "Isaac-Cartpole-v0", "--num-envs", "16",
+    argv = _json(islab, "--gpus", "2", "--isaaclab", str(TREE), "--task", "Isaac-Cartpole-v0", "--num-envs", "16",
                  "--seed", "3", "--max-iterations", "2", "--", "--video")["nodes"][0]["argv"]  # fmt: skip
     assert argv[argv.index(str(RSL_TRAIN)) :] == [
         str(RSL_TRAIN), "--task", "Isaac-Cartpole-v0", "--num_envs", "16", "--seed", "3", "--max_iterations", "2",
-        "--headless", "--distributed", "--device", "cpu", "--video",
+        "--headless", "--distributed", "--video",
     ]  # fmt: skip
+    # one CPU rank: --device cpu and no --distributed (which would move train.py to cuda:0); several: refused
+    argv = _json(islab, "--device", "cpu", "--isaaclab", str(TREE), "--task", "Isaac-Cartpole-v0")["nodes"][0]["argv"]
+    assert argv[argv.index(str(RSL_TRAIN)) :] == [str(RSL_TRAIN), "--task", "Isaac-Cartpole-v0", "--headless",
+                                                  "--device", "cpu"]  # fmt: skip
+    assert "cuda:<local rank>" in _error(islab(*CPU2, "--isaaclab", str(TREE), "--task", "Isaac-Cartpole-v0",
+                                               "--dry-run"), "--device")  # fmt: skip
     monkeypatch.setenv("ISLAB_ISAACLAB", str(TREE))  # the environment variable and the YAML key work too
-    assert str(RSL_TRAIN) in _json(islab, *CPU2, "--task", "Isaac-Cartpole-v0")["nodes"][0]["argv"]
+    assert str(RSL_TRAIN) in _json(islab, "--device", "cpu", "--task", "Isaac-Cartpole-v0")["nodes"][0]["argv"]
     monkeypatch.delenv("ISLAB_ISAACLAB")
     cluster = tmp_path / "il.yaml"
     cluster.write_text(f"device: cpu\nisaaclab: {TREE}\ntask: Isaac-Cartpole-v0\n")
@@ -166,8 +172,9 @@ def test_isaaclab_preset_maps_options_and_refuses_what_cannot_run(islab, tmp_pat
 
 @pytest.mark.slow
 def test_isaaclab_fixture_trains_on_two_ranks_shows_its_reward_and_names_a_failing_rank(tmp_path):
-    ok = _launch(tmp_path, "--isaaclab", str(TREE), "--task", "Isaac-Cartpole-v0", "--num-envs", "16",
-                 "--max-iterations", "3")  # fmt: skip
+    # one CPU rank: Isaac Lab's train.py cannot run several on CPU (several: the --script run below)
+    ok = _launch_one(tmp_path, "--device", "cpu", "--isaaclab", str(TREE), "--task", "Isaac-Cartpole-v0",
+                     "--num-envs", "16", "--max-iterations", "3", extra_env={})  # fmt: skip
     assert ok.returncode == 0, ok.stderr[-3000:]
     # the display and the summary show the reward read from rsl_rl's TensorBoard events (cwd/logs/rsl_rl)
     assert "iteration 3/" in ok.stdout and "mean return" in ok.stdout, ok.stdout

@@ -104,13 +104,16 @@ def isaaclab_entry(
     seed: int | None = None,
     max_iterations: int | None = None,
     extra_args: Sequence[str] = (),
+    distributed: bool = True,
 ) -> PresetEntry:
     """The entry point and arguments of Isaac Lab's train.py for ``library``.
 
     Order: ``--task T [--num_envs N] [--seed S] [--max_iterations M] --headless --distributed
-    [--ml_framework jax] EXTRA...``. ``--distributed`` is always given (as Isaac Lab's
-    train_multigpu.py does) so a one-rank run and a many-rank run use the same code path; an
-    option the user repeats in ``extra_args`` wins (argparse keeps the last value).
+    [--ml_framework jax] EXTRA...``. ``--distributed`` is given (as Isaac Lab's
+    train_multigpu.py does) so a one-rank run and a many-rank run use the same code path -- except
+    ``distributed=False`` (one CPU rank): under ``--distributed`` every train.py sets the simulation
+    and agent device to ``cuda:<local rank>``, overriding ``--device cpu``. An option the user
+    repeats in ``extra_args`` wins (argparse keeps the last value).
     Raises ValueError with :func:`preset_problem`'s text for an impossible library/framework pair.
     """
     unsupported = library not in LIBRARIES or ml_framework not in ("torch", "jax")
@@ -123,7 +126,7 @@ def isaaclab_entry(
         if value is not None:
             args += [option, str(value)]
     args += ["--headless"]
-    if "--distributed" not in extra_args:
+    if distributed and "--distributed" not in extra_args:
         args += ["--distributed"]
     if ml_framework == "jax":
         args += ["--ml_framework", "jax"]
