@@ -575,3 +575,49 @@ def test_every_node_names_the_same_run_directory(islab, clean_environment, tmp_p
     other = tmp_path / "two-node-static.yaml"
     other.write_text(Path(shared).read_text().replace("seed: 42", "seed: 7"))
     assert _run_dir(islab, "--cluster", str(other), "--node-rank", "1") != node0
+
+
+def test_a_run_directory_holding_another_run_is_not_trained_into_again(islab, tmp_path):
+    """Issue 23 item 7: an identical multi-node rerun names the same spec-<digest> directory; it is
+    refused (exit 2, nothing started) instead of overwriting the first run's checkpoints -- unless it
+    resumes that run, is the same SLURM job (a requeue), or joins that job while it runs."""
+    import time
+    from datetime import datetime
+
+    from islab.cli.app import run_dir_taken
+    from islab.launcher.plan import build_plan
+    from islab.launcher.resolve import Provided, resolve_spec
+    from islab.rundir import latest_checkpoint, write_heartbeat, write_summary
+
+    two_node = ("--device", "cpu", "--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1",
+                "--rdzv-timeout", "5", "--log-dir", str(tmp_path / "logs"))  # fmt: skip
+    code, out, err = islab(*two_node, "--dry-run")
+    assert code == 0, err
+    run_dir = next(line for line in out.splitlines() if line.startswith("# run dir: ")).removeprefix("# run dir: ")
+    latest_checkpoint(run_dir).parent.mkdir(parents=True)
+    latest_checkpoint(run_dir).write_bytes(b"the first run's checkpoint")
+    code, out, err = islab(*two_node)
+    assert code == 2 and out == "", err
+    assert err.startswith("error: run directory:") and "--run-name" in err and f"--resume {run_dir}" in err, err
+    assert latest_checkpoint(run_dir).read_bytes() == b"the first run's checkpoint"
+
+    def taken(slurm_job_id=None, **values):
+        layer = {"device": "cpu", "log_dir": str(tmp_path / "logs"), **values}
+        spec = resolve_spec({name: Provided(value, f"--{name}") for name, value in layer.items()}).spec
+        plan = build_plan(spec, now=datetime.now(), free_port=29999, slurm_job_id=slurm_job_id)
+        return plan, run_dir_taken(spec, plan, slurm_job_id, now=time.time())
+
+    node1 = {"nnodes": 2, "node_rank": 1, "rendezvous.master_addr": "127.0.0.1", "rendezvous.timeout_s": 5}
+    plan, issue = taken(**node1)
+    assert plan.run_dir == run_dir and issue is not None  # node 1 of the rerun too
+    assert taken(resume=run_dir)[1] is None  # continuing it
+    plan, issue = taken(slurm_job_id=77)  # a requeued SLURM job finds its own directory
+    latest_checkpoint(plan.run_dir).parent.mkdir(parents=True)
+    latest_checkpoint(plan.run_dir).write_bytes(b"")
+    assert taken(slurm_job_id=77)[1] is None
+    write_heartbeat(run_dir, 0, iteration=3, done=3)  # that job still runs: a node joins it
+    assert taken(**node1)[1] is None
+    time.sleep(0.05)
+    write_summary(run_dir, {"iterations": 3})  # ... until it ended
+    assert taken(**node1)[1] is not None
+    assert taken(**node1, run_name="again")[1] is None

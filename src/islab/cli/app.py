@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from enum import Enum
@@ -38,7 +39,14 @@ from islab.launcher.supervise import ConsoleOptions, run_plan
 from islab.launcher.torchrun import with_c10d_node_facts
 from islab.resolve.allocations import active_allocations
 from islab.resolve.edge import DryRunEdge
-from islab.rundir import rank_log, write_launch_record
+from islab.rundir import (
+    continued_run_dir,
+    latest_checkpoint,
+    rank_log,
+    read_heartbeats,
+    summary_path,
+    write_launch_record,
+)
 
 # The arguments after `--` (None: no `--` was given), set by islab.cli.run before click parses the rest.
 ENTRY_ARGS: list[str] | None = None
@@ -274,8 +282,9 @@ def _plan_and_go(
         raise typer.Exit(0)
 
     issues = planner.launch_issues(spec, platform=sys.platform, visible_gpus=visible_gpus)
-    if issues:
-        fail(SpecError(issues))
+    taken = run_dir_taken(spec, plan, slurm_job_of(resolved), now=time.time())
+    if issues or taken:
+        fail(SpecError([*issues, *([taken] if taken else [])]))
     node_rank = spec.node_rank if spec.node_rank is not None else 0
     hosts_store = _preflight(spec, plan, visible_gpus)
     if spec.rendezvous.backend == "c10d" and spec.nnodes > 1 and plan.rendezvous_address:
@@ -314,6 +323,34 @@ def _plan_and_go(
             file=sys.stderr,
         )
     raise typer.Exit(run_plan(plan, node_rank, console=console))
+
+
+def run_dir_taken(spec: RunSpec, plan: LaunchPlan, slurm_job_id: int | None, *, now: float) -> Issue | None:
+    """A run directory that already holds another run is not trained into again (identical
+    multi-node launches name the same ``spec-<digest>`` directory, and the new run would overwrite
+    the first one's checkpoints). Allowed: ``--resume`` of that directory; a SLURM job's own
+    ``slurm-<job id>`` directory (a requeue resumes there by itself); a job that is still running
+    there (a heartbeat younger than the hang or rendezvous timeout and than the run's summary: a node
+    joining an elastic job);
+    a directory with no checkpoint and no summary yet (the nodes of one job start together).
+    torchrun's own restarts happen inside this launch and never come here."""
+    run_dir = plan.run_dir
+    if run_dir == continued_run_dir(spec.resume) or slurm_job_id is not None:
+        return None
+    if not (latest_checkpoint(run_dir).is_file() or summary_path(run_dir).is_file()):
+        return None
+    window = max(plan.hang_timeout_s, plan.rendezvous_timeout_s)
+    summary = summary_path(run_dir)
+    ended = summary.stat().st_mtime if summary.is_file() else 0.0  # rank 0 writes it last
+    beats = [float(beat.get("time", 0)) for beat in read_heartbeats(run_dir).values()]
+    if any(ended < beat and now - beat < window for beat in beats):
+        return None
+    return Issue(
+        "run directory",
+        f"{run_dir} already holds another run, whose checkpoints this launch would overwrite (identical "
+        "multi-node launches name the same directory)",
+        f"Pass --run-name NAME for a directory of its own, or --resume {run_dir} to continue that run",
+    )
 
 
 def _preflight(spec: RunSpec, plan: LaunchPlan, visible_gpus: int) -> bool:
