@@ -262,7 +262,8 @@ def _plan_and_go(
     spec = resolved.spec
     try:
         plan = planner.build_plan(spec, now=datetime.now(), free_port=find_free_port(),
-                                  slurm_job_id=slurm_job_of(resolved))  # fmt: skip
+                                  slurm_job_id=slurm_job_of(resolved),
+                                  to_target=planner.resumes_to_target(resolved))  # fmt: skip
     except SpecError as exc:
         fail(exc)
 

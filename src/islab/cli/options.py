@@ -205,8 +205,9 @@ OPTIONS: tuple[Option, ...] = (
            "script|module|command/<name>/...; presets: isaaclab-<lib>/<task>/..., mjlab/<task>/...).", PANEL_OUTPUT,
            "log_dir", str, "Default: {}."),
     Option("--resume", "Continue a run: its run directory (training goes on there) or a checkpoint file (a new "
-           "run directory). --max-iterations M more iterations (or --total-env-steps N more env steps) are "
-           "trained. Only node 0 reads it.", PANEL_OUTPUT, "resume", metavar="PATH"),
+           "run directory). Alone it finishes the run's original target (as a SLURM requeue does); "
+           "--max-iterations M (or --total-env-steps N) given with it trains M more iterations (N more env "
+           "steps). Only node 0 reads it.", PANEL_OUTPUT, "resume", metavar="PATH"),
     Option("--checkpoint-interval", "Iterations between checkpoints (atomic; the last iteration is always saved; "
            "0: only at the end). An elastic restart (--max-restarts) resumes from the latest.", PANEL_OUTPUT,
            "checkpoint_interval", int, "Default: {}.", metavar="N"),

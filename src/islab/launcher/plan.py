@@ -45,7 +45,7 @@ from islab.launcher import skrl_jax, torchrun
 from islab.launcher.addresses import join_host_port, split_host_port
 from islab.launcher.issues import Issue, mask_env
 from islab.launcher.launch_rules import shared_fields
-from islab.launcher.resolve import ResolvedSpec
+from islab.launcher.resolve import ResolvedSpec, Source
 from islab.launcher.spec import (
     DEFAULT_C10D_ID,
     DEFAULT_MULTINODE_MASTER_PORT,
@@ -61,6 +61,9 @@ from islab.libs.registry import apply_env_fixes, launcher_of
 Launcher = Literal["torchrun", "skrl-jax"]
 LOCALHOST = "127.0.0.1"
 RUN_DIR_TIME_FORMAT = "%Y-%m-%d_%H-%M-%S"
+TO_TARGET_TEXT = (
+    "resuming finishes the run's original target (--max-iterations M or --total-env-steps N with --resume: M / N more)"
+)
 # The default hang timeout: never shorter than the waits a healthy job may have -- a collective
 # waits up to the rendezvous timeout T for a slow peer, an elastic restart up to T for the nodes to
 # join again, so twice T -- and never under ten minutes, since killing a healthy job costs more
@@ -138,6 +141,8 @@ class LaunchPlan:
     events_not_before: float | None = None
     # Seconds without a finished iteration on any rank of a node before it counts as hung (0: off).
     hang_timeout_s: int = 0
+    # --resume alone: the worker trains to the run's original target (no budget known here).
+    to_target: bool = False
 
     def node(self, node_rank: int) -> NodePlan:
         for node in self.nodes:
@@ -233,8 +238,20 @@ def entry_argv(spec: RunSpec) -> list[str]:
     return [*head, *spec.args]
 
 
-def worker_args(spec: RunSpec, run_dir: str) -> list[str]:
-    """The worker command line of docs/ARCHITECTURE.md (after ``-m islab.worker`` / the script)."""
+def resumes_to_target(resolved: ResolvedSpec) -> bool:
+    """One rule for continuing a run: ``--resume`` alone finishes the run's original target (the
+    checkpoint records it, as a SLURM requeue or an elastic restart does); a ``--max-iterations`` /
+    ``--total-env-steps`` given now (command line, ``ISLAB_*``, cluster file) says how many more.
+    The resumed run's own stored length (source ``resumed``) and the defaults are not "given now"."""
+    given = {resolved.sources.get(name) for name in ("max_iterations", "total_env_steps")}
+    return resolved.spec.resume is not None and not given & {Source.CLI, Source.ENV, Source.FILE}
+
+
+def worker_args(spec: RunSpec, run_dir: str, *, to_target: bool = False) -> list[str]:
+    """The worker command line of docs/ARCHITECTURE.md (after ``-m islab.worker`` / the script).
+    ``to_target``: resuming alone, so no length (the worker trains to the checkpoint's target)."""
+    length = (["--total-env-steps", str(spec.total_env_steps)] if spec.total_env_steps is not None
+              else ["--max-iterations", str(spec.max_iterations)])  # fmt: skip
     return [
         "--lib", spec.lib,
         "--ml-framework", spec.ml_framework,
@@ -243,8 +260,7 @@ def worker_args(spec: RunSpec, run_dir: str) -> list[str]:
         "--num-envs", str(spec.num_envs),
         "--seed", str(spec.seed),
         # the worker turns a budget into iterations once it knows the world size it got
-        *(["--total-env-steps", str(spec.total_env_steps)] if spec.total_env_steps is not None
-          else ["--max-iterations", str(spec.max_iterations)]),
+        *([] if to_target else length),
         "--device", spec.device,
         "--run-dir", run_dir,
         "--distributed",
@@ -309,18 +325,21 @@ def _derive(spec: RunSpec, free_port: int) -> tuple[dict[str, str], int | None]:
 # ----------------------------------------------------------------------------------------------
 
 
-def build_plan(spec: RunSpec, *, now: datetime, free_port: int, slurm_job_id: int | None = None) -> LaunchPlan:
+def build_plan(
+    spec: RunSpec, *, now: datetime, free_port: int, slurm_job_id: int | None = None, to_target: bool = False
+) -> LaunchPlan:
     """Plan every node of ``spec`` (or only ``spec.node_rank`` when given).
 
     ``now`` (or, inside a SLURM allocation, ``slurm_job_id``) names the run directory; ``free_port``
     is used for a single-node rendezvous or JAX coordinator that the spec left open (the caller
-    probes it; see ``supervise.find_free_port``).
+    probes it; see ``supervise.find_free_port``). ``to_target``: ``--resume`` alone
+    (:func:`resumes_to_target`), which trains to the run's original target.
     """
     run_dir = run_dir_for(spec, now, slurm_job_id)
     launcher = launcher_of(spec.lib, spec.ml_framework)
     derived, node0_port = _derive(spec, free_port)
     env = MappingProxyType(plan_env(spec, run_dir))
-    worker = worker_args(spec, run_dir) if spec.entrypoint is None else entry_argv(spec)
+    worker = worker_args(spec, run_dir, to_target=to_target) if spec.entrypoint is None else entry_argv(spec)
     node_ranks = [spec.node_rank] if spec.node_rank is not None else list(range(spec.nnodes))
     nodes = []
     for node_rank in node_ranks:
@@ -357,7 +376,8 @@ def build_plan(spec: RunSpec, *, now: datetime, free_port: int, slurm_job_id: in
         rendezvous_kind=kind,
         rendezvous_timeout_s=rendezvous_timeout_of(spec),
         nnodes=spec.nnodes,
-        budget=budget_of(spec) if spec.entrypoint is None else None,
+        budget=budget_of(spec) if spec.entrypoint is None and not to_target else None,
+        to_target=to_target,
         entrypoint=spec.entrypoint is not None,
         # Isaac Lab's train.py writes <cwd>/logs/<lib>/...; a user's script, under ISLAB_RUN_DIR
         events_root=str(tensorboard_root(spec.lib, Path.cwd())) if spec.isaaclab or spec.mjlab else run_dir,
@@ -427,6 +447,7 @@ def format_text(plan: LaunchPlan, resolved: ResolvedSpec) -> str:
             if plan.budget is not None
             else []
         ),
+        *([comment(f"budget: {TO_TARGET_TEXT}")] if plan.to_target else []),
         comment("resolved spec (field = value  (source: cli|env|file|default)):"),
     ]
     if resolved.cluster_file:
@@ -440,6 +461,8 @@ def format_text(plan: LaunchPlan, resolved: ResolvedSpec) -> str:
         detail = f"source: {source.value}" + (f", {origin}" if origin and source.value != "file" else "")
         if value is None and name in plan.derived:
             value, detail = plan.derived[name], f"{detail}, chosen by the planner"
+        elif name in ("max_iterations", "total_env_steps") and plan.to_target and value is not None:
+            detail = f"{detail}, not passed: resuming finishes the run's original target"
         elif name == "max_iterations" and spec.total_env_steps is not None:
             detail = f"{detail}, derived from total_env_steps by each run"
         lines.append(comment(f"  {name.ljust(width)} = {_comment_value(value)}  ({detail})"))

@@ -19,7 +19,7 @@ top to bottom, is the whole story of a rank:
 Iterations count from the start of a run, across resumes (islab.worker.resume). ``--total-env-steps T``
 replaces ``--max-iterations`` with ``ceil(T / (world size × num_envs × rollout length))``
 iterations, computed here from the world size this job actually got (islab.budget); with
-``--resume`` that is T more env steps.
+``--resume`` that is T more env steps (``--resume`` alone: the run's original target, islab.worker.resume).
 
 ``@record`` makes an exception's traceback reach torchrun's failure summary instead of being lost.
 This file uses absolute imports only, because skrl's JAX launcher runs it as a script.
@@ -59,7 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--num-envs", type=int, required=True, help="environments on this rank")
     parser.add_argument("--seed", type=int, default=42, help="base seed; each rank adds its global rank")
-    length = parser.add_mutually_exclusive_group(required=True)
+    length = parser.add_mutually_exclusive_group()  # one of them, unless --resume finishes the run's own target
     length.add_argument("--max-iterations", type=int, help="training iterations per run (every rank)")
     length.add_argument(
         "--total-env-steps",
@@ -75,8 +75,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=Path,
         default=None,
         metavar="PATH",
-        help="continue a run: its directory (checkpoints/latest.pt) or a checkpoint file; "
-        "--max-iterations M more iterations (--total-env-steps N more env steps) are trained. Only rank 0 reads it.",
+        help="continue a run: its directory (checkpoints/latest.pt) or a checkpoint file. Alone it trains to the "
+        "run's original target; with --max-iterations M, M more iterations (--total-env-steps N: N more env steps). "
+        "Only rank 0 reads it.",
     )
     parser.add_argument(
         "--checkpoint-interval",
@@ -107,6 +108,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--task {args.task!r} is not registered; known: {', '.join(TASKS)}")
     if launcher_of(args.lib, args.ml_framework) is None:
         parser.error(f"--ml-framework {args.ml_framework} is not available with --lib {args.lib}")
+    if args.max_iterations is None and args.total_env_steps is None and args.resume is None:
+        parser.error("one of --max-iterations or --total-env-steps is required (--resume alone: the run's target)")
     for option, value in (("--max-iterations", args.max_iterations), ("--total-env-steps", args.total_env_steps)):
         if value is not None and value < 1:
             parser.error(f"{option} must be >= 1")
@@ -246,6 +249,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             reported = last_reported_iteration(rundir.progress_path(run_dir))
             resumed["lost_iterations"] = None if reported is None else max(0, reported - start_iteration)
         lost = resumed.get("lost_iterations")
+        if ctx.is_main:  # stderr: rank 0's stderr reaches the console
+            print(f"islab-train: resuming at iteration {start_iteration}, training to {point.target_iteration}"
+                  + (" (already there: --max-iterations M with --resume trains M more)"
+                     if start_iteration >= point.target_iteration else ""), file=sys.stderr, flush=True)  # fmt: skip
         print(
             f"[islab] rank {ctx.rank} resumed ({point.reason}) from {point.source} at iteration {start_iteration}, "
             f"training to {point.target_iteration}; policy sha256 {digest[:12]} equals the checkpoint's"
