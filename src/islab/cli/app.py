@@ -22,6 +22,7 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 from enum import Enum
+from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
@@ -37,6 +38,7 @@ from islab.launcher.resolve import Provided, ResolvedSpec, Source, resolve_spec
 from islab.launcher.spec import RunSpec
 from islab.launcher.supervise import ConsoleOptions, run_plan
 from islab.launcher.torchrun import with_c10d_node_facts
+from islab.launcher.wandb_login import wandb_login_issue
 from islab.resolve.allocations import active_allocations
 from islab.resolve.edge import DryRunEdge
 from islab.rundir import (
@@ -284,8 +286,10 @@ def _plan_and_go(
 
     issues = planner.launch_issues(spec, platform=sys.platform, visible_gpus=visible_gpus)
     taken = run_dir_taken(spec, plan, slurm_job_of(resolved), now=time.time())
-    if issues or taken:
-        fail(SpecError([*issues, *([taken] if taken else [])]))
+    login = wandb_login_issue({**os.environ, **spec.env}, Path.home()) if spec.logger == "wandb" else None
+    refused = [*issues, *(issue for issue in (taken, login) if issue is not None)]
+    if refused:
+        fail(SpecError(refused))
     node_rank = spec.node_rank if spec.node_rank is not None else 0
     hosts_store = _preflight(spec, plan, visible_gpus)
     if spec.rendezvous.backend == "c10d" and spec.nnodes > 1 and plan.rendezvous_address:
