@@ -490,7 +490,7 @@ _DISAGREEING = {
     "logger": ({}, ["--logger", "wandb"]),
     "entrypoint": ({}, ["--script", "train.py"]),
     "args": ({"entrypoint": {"script": "train.py"}, "args": ["--a"]}, ["--", "--b"]),
-    "isaaclab": ({"task": "Isaac-Cartpole-v0"}, ["--isaaclab", "ISAACLAB"]),
+    "isaaclab": ({"task": "Isaac-Cartpole-v0", "device": "cuda"}, ["--isaaclab", "ISAACLAB"]),  # CPU: one rank only
     "mjlab": ({"task": "Mjlab-Cartpole-Balance"}, ["--mjlab"]),  # the preset refuses several nodes itself
     "rendezvous.backend": ({"rendezvous": {"master_addr": "10.0.0.1", "master_port": 29500}},
                            ["--rdzv-backend", "c10d"]),  # the schema refuses static options under c10d
