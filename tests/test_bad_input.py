@@ -13,6 +13,8 @@ import pytest
 
 from islab import cli
 
+# --logger wandb on a machine without a login (no key, no ~/.netrc entry, not offline)
+NO_WANDB_LOGIN = {"HOME": "/nonexistent-home", "WANDB_API_KEY": "", "WANDB_MODE": "", "NETRC": ""}
 CASES: list[tuple[str, list[str], dict[str, str], str | None, str]] = [
     # (id, command-line args, ISLAB_* environment, cluster YAML text or None, field the message names)
     ("yaml-malformed", [], {}, "lib: rsl_rl\nnum_envs: [1, 2\n", "line"),
@@ -81,6 +83,9 @@ CASES: list[tuple[str, list[str], dict[str, str], str | None, str]] = [
     ("override-unknown-key", ["algorithm.learnig_rate=1e-4"], {}, None, "algorithm.learning_rate"),
     ("override-into-a-value", ["algorithm.gamma.x=1"], {}, None, "algorithm.gamma"),
     ("override-hostile", ["algorithm.x=$(reboot)"], {}, None, "override"),
+    ("override-wrong-type", ["algorithm.learning_rate=abc"], {}, None, "algorithm.learning_rate expects a number"),
+    ("override-wrong-type-list", ["actor.hidden_dims=64"], {}, None, "actor.hidden_dims expects a list"),
+    ("cli-wandb-without-login", ["--logger", "wandb"], NO_WANDB_LOGIN, None, "wandb login"),
     ("override-zero-rollout", ["--total-env-steps", "100000", "num_steps_per_env=0"], {}, None, "num_steps_per_env"),
 ]
 

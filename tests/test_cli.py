@@ -70,7 +70,13 @@ def test_gpus_all_counts_cuda_visible_devices(islab, monkeypatch):
     argv = dry_json(islab, "--gpus", "all")["nodes"][0]["argv"]
     assert argv[argv.index("--nproc_per_node") + 1] == "3"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert_usage_error(islab("--gpus", "all", "--dry-run"), "--gpus", "--device cpu --nproc N")
+    # a dry run plans GPU jobs anywhere (issue 23 item 12): 'all' is 1 GPU per node, said in one warning
+    code, out, err = islab("--gpus", "all", "--dry-run", "--json")
+    assert code == 0, err
+    argv = json.loads(out)["nodes"][0]["argv"]
+    assert argv[argv.index("--nproc_per_node") + 1] == "1"
+    assert len(err.strip().splitlines()) == 1 and err.startswith("warning: --gpus all:") and "1 GPU per node" in err
+    assert_usage_error(islab("--gpus", "all"), "--gpus", "--device cpu --nproc N")  # a real launch is refused
 
 
 def test_precedence_and_sources(islab, tmp_path, monkeypatch):
@@ -448,9 +454,12 @@ def test_the_option_table_is_the_one_declaration_of_every_option(islab):
     assert [option.flag for option in OPTIONS if option.field == "entrypoint"] == ["--script", "--module", "--command"]
     fields = [field for field in fields if field != "entrypoint"] + ["entrypoint"]
     assert sorted(fields) == sorted(set(FIELDS) - {"env", "overrides", "args"})
-    assert spec_default("max_iterations") == 150 and spec_default("rendezvous.timeout_s") == 300
+    assert spec_default("max_iterations") == 150 and spec_default("rendezvous.timeout_s") is None
     code, out, _ = islab("--help")
-    assert code == 0 and "Default: 150." in out and "Default: 300." in out
+    assert code == 0 and "Default: 150." in out and "--rdzv-timeout" in out
+    from islab.cli.options import BY_NAME
+
+    assert "torchrun static 900, c10d 600; skrl-JAX 300" in BY_NAME["rdzv_timeout"].help_text()
 
 
 def test_per_node_options_must_agree_with_the_shared_cluster_file(islab, tmp_path):
@@ -497,7 +506,7 @@ _DISAGREEING = {
     "logger": ({}, ["--logger", "wandb"]),
     "entrypoint": ({}, ["--script", "train.py"]),
     "args": ({"entrypoint": {"script": "train.py"}, "args": ["--a"]}, ["--", "--b"]),
-    "isaaclab": ({"task": "Isaac-Cartpole-v0"}, ["--isaaclab", "ISAACLAB"]),
+    "isaaclab": ({"task": "Isaac-Cartpole-v0", "device": "cuda"}, ["--isaaclab", "ISAACLAB"]),  # CPU: one rank only
     "mjlab": ({"task": "Mjlab-Cartpole-Balance"}, ["--mjlab"]),  # the preset refuses several nodes itself
     "rendezvous.backend": ({"rendezvous": {"master_addr": "10.0.0.1", "master_port": 29500}},
                            ["--rdzv-backend", "c10d"]),  # the schema refuses static options under c10d
@@ -585,3 +594,49 @@ def test_every_node_names_the_same_run_directory(islab, clean_environment, tmp_p
     other = tmp_path / "two-node-static.yaml"
     other.write_text(Path(shared).read_text().replace("seed: 42", "seed: 7"))
     assert _run_dir(islab, "--cluster", str(other), "--node-rank", "1") != node0
+
+
+def test_a_run_directory_holding_another_run_is_not_trained_into_again(islab, tmp_path):
+    """Issue 23 item 7: an identical multi-node rerun names the same spec-<digest> directory; it is
+    refused (exit 2, nothing started) instead of overwriting the first run's checkpoints -- unless it
+    resumes that run, is the same SLURM job (a requeue), or joins that job while it runs."""
+    import time
+    from datetime import datetime
+
+    from islab.cli.app import run_dir_taken
+    from islab.plan.plan import build_plan
+    from islab.resolve.resolve import Provided, resolve_spec
+    from islab.rundir import latest_checkpoint, write_heartbeat, write_summary
+
+    two_node = ("--device", "cpu", "--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1",
+                "--rdzv-timeout", "5", "--log-dir", str(tmp_path / "logs"))  # fmt: skip
+    code, out, err = islab(*two_node, "--dry-run")
+    assert code == 0, err
+    run_dir = next(line for line in out.splitlines() if line.startswith("# run dir: ")).removeprefix("# run dir: ")
+    latest_checkpoint(run_dir).parent.mkdir(parents=True)
+    latest_checkpoint(run_dir).write_bytes(b"the first run's checkpoint")
+    code, out, err = islab(*two_node)
+    assert code == 2 and out == "", err
+    assert err.startswith("error: run directory:") and "--run-name" in err and f"--resume {run_dir}" in err, err
+    assert latest_checkpoint(run_dir).read_bytes() == b"the first run's checkpoint"
+
+    def taken(slurm_job_id=None, **values):
+        layer = {"device": "cpu", "log_dir": str(tmp_path / "logs"), **values}
+        spec = resolve_spec({name: Provided(value, f"--{name}") for name, value in layer.items()}).spec
+        plan = build_plan(spec, now=datetime.now(), free_port=29999, slurm_job_id=slurm_job_id)
+        return plan, run_dir_taken(spec, plan, slurm_job_id, now=time.time())
+
+    node1 = {"nnodes": 2, "node_rank": 1, "rendezvous.master_addr": "127.0.0.1", "rendezvous.timeout_s": 5}
+    plan, issue = taken(**node1)
+    assert plan.run_dir == run_dir and issue is not None  # node 1 of the rerun too
+    assert taken(resume=run_dir)[1] is None  # continuing it
+    plan, issue = taken(slurm_job_id=77)  # a requeued SLURM job finds its own directory
+    latest_checkpoint(plan.run_dir).parent.mkdir(parents=True)
+    latest_checkpoint(plan.run_dir).write_bytes(b"")
+    assert taken(slurm_job_id=77)[1] is None
+    write_heartbeat(run_dir, 0, iteration=3, done=3)  # that job still runs: a node joins it
+    assert taken(**node1)[1] is None
+    time.sleep(0.05)
+    write_summary(run_dir, {"iterations": 3})  # ... until it ended
+    assert taken(**node1)[1] is not None
+    assert taken(**node1, run_name="again")[1] is None

@@ -117,7 +117,7 @@ def _launch(tmp_path: Path, *args: str, extra_env: dict[str, str] | None = None)
 def test_script_runs_on_two_cpu_ranks_with_rank_logs_and_a_named_failing_rank(tmp_path):
     ok = _launch(tmp_path, "--run-name", "ok", "--script", str(DDP), "--", "--steps", "3", "--device", "cpu")
     assert ok.returncode == 0, ok.stderr[-3000:]
-    (run_dir,) = (tmp_path / "runs" / "rsl_rl" / "ddp_finetune").glob("*_ok")
+    (run_dir,) = (tmp_path / "runs" / "script" / "ddp_finetune").glob("*_ok")
     assert (run_dir / "finetune.pt").is_file()  # rank 0 wrote where ISLAB_RUN_DIR pointed
     for rank in (0, 1):  # the launcher wrote each rank's log, attributed by rank (the script does not)
         assert f"rank {rank} done: world 2 digest" in (run_dir / "logs" / f"rank_{rank}.log").read_text()
@@ -137,14 +137,20 @@ RSL_TRAIN = TREE / "scripts" / "reinforcement_learning" / "rsl_rl" / "train.py"
 
 @pytest.mark.usefixtures("clean_environment")
 def test_isaaclab_preset_maps_options_and_refuses_what_cannot_run(islab, tmp_path, monkeypatch):
-    argv = _json(islab, *CPU2, "--isaaclab", str(TREE), "--task", "Isaac-Cartpole-v0", "--num-envs", "16",
+    argv = _json(islab, "--gpus", "2", "--isaaclab", str(TREE), "--task", "Isaac-Cartpole-v0", "--num-envs", "16",
                  "--seed", "3", "--max-iterations", "2", "--", "--video")["nodes"][0]["argv"]  # fmt: skip
     assert argv[argv.index(str(RSL_TRAIN)) :] == [
         str(RSL_TRAIN), "--task", "Isaac-Cartpole-v0", "--num_envs", "16", "--seed", "3", "--max_iterations", "2",
-        "--headless", "--distributed", "--device", "cpu", "--video",
+        "--headless", "--distributed", "--video",
     ]  # fmt: skip
+    # one CPU rank: --device cpu and no --distributed (which would move train.py to cuda:0); several: refused
+    argv = _json(islab, "--device", "cpu", "--isaaclab", str(TREE), "--task", "Isaac-Cartpole-v0")["nodes"][0]["argv"]
+    assert argv[argv.index(str(RSL_TRAIN)) :] == [str(RSL_TRAIN), "--task", "Isaac-Cartpole-v0", "--headless",
+                                                  "--device", "cpu"]  # fmt: skip
+    assert "cuda:<local rank>" in _error(islab(*CPU2, "--isaaclab", str(TREE), "--task", "Isaac-Cartpole-v0",
+                                               "--dry-run"), "--device")  # fmt: skip
     monkeypatch.setenv("ISLAB_ISAACLAB", str(TREE))  # the environment variable and the YAML key work too
-    assert str(RSL_TRAIN) in _json(islab, *CPU2, "--task", "Isaac-Cartpole-v0")["nodes"][0]["argv"]
+    assert str(RSL_TRAIN) in _json(islab, "--device", "cpu", "--task", "Isaac-Cartpole-v0")["nodes"][0]["argv"]
     monkeypatch.delenv("ISLAB_ISAACLAB")
     cluster = tmp_path / "il.yaml"
     cluster.write_text(f"device: cpu\nisaaclab: {TREE}\ntask: Isaac-Cartpole-v0\n")
@@ -152,15 +158,23 @@ def test_isaaclab_preset_maps_options_and_refuses_what_cannot_run(islab, tmp_pat
     err = _error(islab(*CPU2, "--isaaclab", str(TREE), "--task", "Isaac-Cartpol-v0", "--dry-run"), "--task")
     assert "Did you mean Isaac-Cartpole-v0?" in err
     _error(islab(*CPU2, "--isaaclab", str(TREE), "--dry-run"), "task")
-    _error(islab(*CPU2, "--isaaclab", str(tmp_path), "--task", "X", "--dry-run"), "--isaaclab")
+    _error(islab(*CPU2, "--isaaclab", str(tmp_path), "--task", "X"), "--isaaclab")  # a real launch checks the tree
+    # a dry run plans without a checkout here (issue 23 item 12), in one warning line
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # no GPU-count warning besides
+    code, out, err = islab("--gpus", "2", "--isaaclab", str(tmp_path), "--task", "Isaac-Cartpole-v0", "--dry-run")
+    assert code == 0 and "train.py --task Isaac-Cartpole-v0 --headless --distributed" in out, err
+    assert err.startswith("warning: --isaaclab:") and len(err.strip().splitlines()) == 1, err
+    _error(islab("--gpus", "2", "--isaaclab", str(tmp_path), "--task", "X", "--ml-framework", "jax", "--dry-run"),
+           "--isaaclab")  # fmt: skip  # what no checkout could run is still refused
     _error(islab(*CPU2, "--isaaclab", str(TREE), "--task", "Isaac-Cartpole-v0", "--script", "a.py", "--dry-run"),
            "--isaaclab")  # fmt: skip
 
 
 @pytest.mark.slow
 def test_isaaclab_fixture_trains_on_two_ranks_shows_its_reward_and_names_a_failing_rank(tmp_path):
-    ok = _launch(tmp_path, "--isaaclab", str(TREE), "--task", "Isaac-Cartpole-v0", "--num-envs", "16",
-                 "--max-iterations", "3")  # fmt: skip
+    # one CPU rank: Isaac Lab's train.py cannot run several on CPU (several: the --script run below)
+    ok = _launch_one(tmp_path, "--device", "cpu", "--isaaclab", str(TREE), "--task", "Isaac-Cartpole-v0",
+                     "--num-envs", "16", "--max-iterations", "3", extra_env={})  # fmt: skip
     assert ok.returncode == 0, ok.stderr[-3000:]
     # the display and the summary show the reward read from rsl_rl's TensorBoard events (cwd/logs/rsl_rl)
     assert "iteration 3/" in ok.stdout and "mean return" in ok.stdout, ok.stdout

@@ -288,3 +288,37 @@ def test_islab_train_dry_run_equals_the_guides_command_when_parsed(islab, guide,
         for name in ("master_addr", "master_port", "coordinator_address"):
             got.pop(name, None), expected.pop(name, None)
     assert got == expected
+
+
+def _fixture_common():
+    path = TREE / "scripts" / "reinforcement_learning" / "fixture_common.py"
+    spec = importlib.util.spec_from_file_location("fixture_common_for_devices", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_cpu_ranks_really_run_on_cpu_in_isaaclabs_train_or_are_refused(lib):
+    """Issue 23 item 9: under --distributed every Isaac Lab train.py moves the simulation and the agent
+    to cuda:<local rank> whatever --device says (the fixture's sim_device mirrors those lines of
+    scripts/reinforcement_learning/<lib>/train.py). One CPU rank: the device train.py ends up with is
+    cpu; several CPU ranks: refused before launch, with the reason."""
+    from islab.resolve.resolve import Provided, resolve_spec
+    from islab.spec.issues import SpecError
+
+    def spec(**values):
+        layer = {"isaaclab": str(TREE), "task": "Isaac-Cartpole-v0", "lib": lib, **values}
+        return resolve_spec({name: Provided(value, f"--{name}") for name, value in layer.items()}).spec
+
+    common = _fixture_common()
+    for values, local_ranks, device in (({"device": "cpu"}, (0,), "cpu"),
+                                        ({"device": "cuda", "nproc_per_node": 2}, (0, 1), "cuda:{}")):  # fmt: skip
+        args, _ = _fixture_parser(lib).parse_known_args(list(spec(**values).args))
+        assert [common.sim_device(args, rank) for rank in local_ranks] == [device.format(r) for r in local_ranks]
+    for values in ({"device": "cpu", "nproc_per_node": 2}, {"device": "cpu", "nnodes": 2, "node_rank": 0,
+                                                              "rendezvous.master_addr": "10.0.0.1"}):  # fmt: skip
+        with pytest.raises(SpecError) as refused:
+            spec(**values)
+        message = refused.value.issues[0].message()
+        assert message.startswith("error: --device:") and "cuda:<local rank>" in message, message

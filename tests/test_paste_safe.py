@@ -60,7 +60,7 @@ SAMPLES: dict[str, Any] = {
 CONTEXT: dict[str, list[str]] = {
     "coordinator_address": JAX, "rendezvous.endpoint": C10D, "rendezvous.id": C10D,
     "rendezvous.last_call_s": C10D, "args": SCRIPT,
-    "isaaclab": ["--task", "Isaac-Cartpole-v0"], "task_module": ["--task", "My-Cartpole-v0"],
+    "isaaclab": ["--task", "Isaac-Cartpole-v0", "--nproc", "1"], "task_module": ["--task", "My-Cartpole-v0"],
     "gpus": [],
 }  # fmt: skip
 # Options that set no spec field, with their sample values.

@@ -87,12 +87,11 @@ def test_workstation_two_gpus():
 
 def test_exact_torchrun_argv_shape():
     argv = plan_for(device="cpu", nproc_per_node=2).nodes[0].argv
-    assert list(argv[:18]) == [
+    assert list(argv[:17]) == [
         "/opt/py/bin/python", "-m", "torch.distributed.run", "--nproc_per_node", "2", "--nnodes", "1",
         "--node_rank", "0", "--master_addr", "127.0.0.1", "--master_port", str(FREE_PORT),
-        "--rdzv_conf", "timeout=300", "--max_restarts", "0", "-m",
+        "--max_restarts", "0", "-m", "islab.worker",
     ]  # fmt: skip
-    assert argv[18] == "islab.worker"
 
 
 def test_multinode_static_plans_every_node():
@@ -215,6 +214,21 @@ def test_run_dir_uses_clock_and_run_name():
     assert plan.run_dir == f"/data/runs/rl_games/Islab-Cartpole-v0/{STAMP}_exp_1"
     a_second_later = build_plan(resolved().spec, now=datetime(2026, 3, 4, 5, 6, 8), free_port=FREE_PORT).run_dir
     assert a_second_later == "logs/rsl_rl/Islab-Cartpole-v0/2026-03-04_05-06-08" != plan_for().run_dir
+
+
+def test_run_dirs_are_named_by_what_ran():
+    """Isaac Lab's train.py, mjlab's train and a user's entry point are not islab's <lib>/<task>
+    (issue 23 item 11: they were logs/rsl_rl/train/...)."""
+    tree = str(Path(__file__).resolve().parent / "fixtures" / "isaaclab_tree")
+    isaaclab = plan_for(device="cpu", lib="rl_games", isaaclab=tree, task="Isaac-Cartpole-v0")
+    assert isaaclab.run_dir == f"logs/isaaclab-rl_games/Isaac-Cartpole-v0/{STAMP}"
+    mjlab = plan_for(device="cpu", mjlab=True, task="Mjlab-Cartpole-Balance", run_name="a")
+    assert mjlab.run_dir == f"logs/mjlab/Mjlab-Cartpole-Balance/{STAMP}_a"
+    for kind, name, label in (("script", "/x/ddp_finetune.py", "ddp_finetune"), ("module", "pkg.train", "pkg.train"),
+                              ("command", "train", "train")):  # fmt: skip
+        plan = plan_for(device="cpu", entrypoint={kind: name})
+        assert plan.run_dir == f"logs/{kind}/{label}/{STAMP}", plan.run_dir
+    assert plan_for(device="cpu").run_dir == f"logs/rsl_rl/Islab-Cartpole-v0/{STAMP}"  # our worker: unchanged
 
 
 def test_every_node_of_a_job_names_the_same_run_dir_whatever_its_clock():
@@ -360,7 +374,7 @@ def test_elastic_c10d_last_call_reaches_torchrun():
     from datetime import timedelta
 
     from torch.distributed.elastic.rendezvous import RendezvousParameters
-    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import _get_timeout
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousTimeout, _get_timeout
 
     argv = plan_for(
         device="cpu", nnodes="1:2", rendezvous__backend="c10d", rendezvous__endpoint="10.0.0.1:29400",
@@ -372,7 +386,32 @@ def test_elastic_c10d_last_call_reaches_torchrun():
         **config.rdzv_configs,
     )  # fmt: skip
     assert _get_timeout(params, "last_call") == timedelta(seconds=4)  # what create_handler passes on
-    assert _get_timeout(params, "join") == timedelta(seconds=300)
+    assert RendezvousTimeout(join=_get_timeout(params, "join")).join == timedelta(seconds=600)  # torch's own
+
+
+def test_without_rdzv_timeout_torch_applies_its_own_defaults_and_the_plan_knows_them():
+    """Isaac Sim can take minutes to start on a node: no timeout of ours below torch's (issue 23 item 10).
+    What torchrun itself makes of the printed command: static 900 s (LaunchConfig), c10d join 600 s."""
+    from datetime import timedelta
+
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousTimeout, _get_timeout
+
+    static = plan_for(device="cpu", nnodes=2, rendezvous__master_addr="10.0.0.1")
+    config = torchrun_config(static.nodes[0].argv)
+    assert int(config.rdzv_configs["timeout"]) == 900 == static.rendezvous_timeout_s
+    assert static.hang_timeout_s == 1800 and static.derived["rendezvous.timeout_s"] == "900"
+    assert check_worker(torchrun_args(static.nodes[0].argv).training_script_args).peer_timeout == 900
+    c10d = plan_for(device="cpu", nnodes=2, rendezvous__backend="c10d", rendezvous__endpoint="10.0.0.1:29400")
+    config = torchrun_config(c10d.nodes[0].argv)
+    params = RendezvousParameters(
+        config.rdzv_backend, config.rdzv_endpoint, config.run_id, config.min_nodes, config.max_nodes,
+        **config.rdzv_configs,
+    )  # fmt: skip
+    join = RendezvousTimeout(join=_get_timeout(params, "join")).join  # what create_handler builds
+    assert join == timedelta(seconds=600) and c10d.rendezvous_timeout_s == 600
+    assert c10d.hang_timeout_s == 1200
+    assert plan_for(lib="skrl", ml_framework="jax", device="cpu").rendezvous_timeout_s == 300  # JAX's own
 
 
 def test_jax_plan_carries_the_rendezvous_timeout_for_the_supervisor():
@@ -388,7 +427,7 @@ def test_c10d_node_facts_host_the_store_and_advertise_the_nodes_address():
     hosting = with_c10d_node_facts(plan, 0, hosts_store=True, local_addr="10.0.0.1")
     config = torchrun_config(hosting.node(0).argv)
     assert config.rdzv_configs["is_host"] in ("1", 1, True)
-    assert int(config.rdzv_configs["join_timeout"]) == 300
+    assert "join_timeout" not in config.rdzv_configs  # torch's own 600 s
     assert config.local_addr == "10.0.0.1"
     assert torchrun_args(hosting.node(0).argv).module  # still runs -m islab.worker
     other = with_c10d_node_facts(plan, 1, hosts_store=False, local_addr="10.0.0.2")
@@ -404,7 +443,7 @@ def test_resume_checkpoint_interval_and_peer_timeout_reach_the_worker(tmp_path):
     (run_dir / "checkpoints" / "latest.pt").write_bytes(b"not read by the planner")
     plan = plan_for(device="cpu", nproc_per_node=2, resume=str(run_dir), checkpoint_interval=3)
     worker = check_worker(torchrun_args(plan.nodes[0].argv).training_script_args, checkpoint_interval=3)
-    assert worker.resume == run_dir and worker.peer_timeout == 300
+    assert worker.resume == run_dir and worker.peer_timeout == 900
     # resuming a run directory continues in it: logs, TensorBoard and checkpoints stay together
     assert plan.run_dir == str(run_dir)
     checkpoint_file = run_dir / "checkpoints" / "latest.pt"

@@ -300,3 +300,34 @@ def test_two_skrl_jax_ranks_resume_what_rank0_reads(tmp_path: Path) -> None:
     assert len(list(run_dir.glob("digests/rank_*.json"))) == 2 and len(digests) == 1
     latest = torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=True)
     assert latest["iteration"] == 2 and latest["rng"]["world_size"] == 2
+
+
+def test_resume_alone_finishes_the_original_target_and_a_length_with_it_says_how_many_more(
+    tmp_path: Path, one_torch_thread
+) -> None:
+    """Issue 23 item 14, one rule: a run asked for 5 iterations and stopped after 2 (Ctrl-C) resumes
+    to 5 with --resume alone (as a SLURM requeue does); --resume with --max-iterations 4 trains 4 more."""
+    import argparse
+
+    from islab.worker.__main__ import parse_args
+    from islab.worker.resume import find_resume_point
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    adapter = build_adapter("rsl_rl", run_dir, framework="torch", num_envs=64, seed=1)
+    run_identity = identity("rsl_rl", "torch", TASK, (4,), (1,))
+    spec = {"lib": "rsl_rl", "target_iteration": 5}
+    adapter.checkpointer = Checkpointer(SingleProcess(), run_dir, run_identity, spec, interval=1)
+    adapter.train(2)
+
+    def target(max_iterations: int | None) -> int:
+        args = argparse.Namespace(resume=run_dir, max_iterations=max_iterations, run_dir=run_dir)
+        point = find_resume_point(args, SingleProcess(), run_identity, {})
+        assert point.checkpoint is not None and point.checkpoint["iteration"] == 2
+        return point.target_iteration
+
+    assert target(None) == 5 and target(4) == 6
+    base = ["--lib", "rsl_rl", "--task", TASK, "--num-envs", "8", "--run-dir", str(run_dir)]
+    assert parse_args([*base, "--resume", str(run_dir)]).max_iterations is None  # alone: the run's target
+    with pytest.raises(SystemExit):
+        parse_args(base)  # a new run needs a length

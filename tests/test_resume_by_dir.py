@@ -46,7 +46,7 @@ def value_after(argv: list[str], flag: str) -> str:
 def test_the_run_directory_alone_continues_with_its_stored_spec(islab, run_dir: Path) -> None:
     argv = worker_argv(islab, "--resume", str(run_dir))
     assert value_after(argv, "--lib") == "rl_games" and value_after(argv, "--num-envs") == "64"
-    assert value_after(argv, "--seed") == "7" and value_after(argv, "--max-iterations") == "4"
+    assert value_after(argv, "--seed") == "7" and "--max-iterations" not in argv  # resuming finishes its target
     assert value_after(argv, "--device") == "cpu" and value_after(argv, "--nproc_per_node") == "2"
     assert argv[-1] == "params.config.minibatch_size=128"
     assert value_after(argv, "--run-dir") == str(run_dir)  # training goes on in the same directory
@@ -84,3 +84,36 @@ def test_an_islab_variable_cannot_change_them_either(islab, run_dir: Path, monke
 def test_a_checkpoint_file_of_the_run_brings_the_stored_spec_too(islab, run_dir: Path) -> None:
     argv = worker_argv(islab, "--resume", str(latest_checkpoint(run_dir)))
     assert value_after(argv, "--lib") == "rl_games" and value_after(argv, "--num-envs") == "64"
+
+
+def test_resume_alone_passes_no_length_so_the_run_finishes_its_target(islab, run_dir: Path) -> None:
+    """Issue 23 item 14: --resume alone finishes the run's original target (the worker reads it from
+    the checkpoint); --max-iterations / --total-env-steps given with it say how many more."""
+    assert "--max-iterations" not in worker_argv(islab, "--resume", str(run_dir))
+    code, out, err = islab("--resume", str(run_dir), "--dry-run")
+    assert code == 0 and "resuming finishes the run's original target" in out, err
+    assert value_after(worker_argv(islab, "--resume", str(run_dir), "--max-iterations", "9"), "--max-iterations") == "9"
+    more = worker_argv(islab, "--resume", str(run_dir), "--total-env-steps", "5000")
+    assert value_after(more, "--total-env-steps") == "5000" and "--max-iterations" not in more
+
+
+def test_a_resumed_runs_old_progress_is_not_shown_as_its_first_progress_line(tmp_path: Path) -> None:
+    import io
+
+    from islab.run.console import RunView
+    from islab.rundir import progress_path
+
+    def record(iteration: int, target: int) -> str:
+        return json.dumps({"iteration": iteration, "max_iterations": target, "env_steps": 1, "steps_per_s": 1.0,
+                           "mean_return": 0.5, "time_s": 1.0}) + "\n"  # fmt: skip
+
+    progress_path(tmp_path).write_text(record(1, 2) + record(2, 2))  # the run before the resume
+    out = io.StringIO()
+    view = RunView(str(tmp_path), out, live=False, interval_s=0)
+    view.tick()
+    assert out.getvalue() == ""  # not "iteration 2/2 (100%)" of the earlier launch
+    with progress_path(tmp_path).open("a") as handle:
+        handle.write(record(3, 5))
+    view.tick()
+    assert out.getvalue().startswith("islab-train: iteration 3/5")
+    assert [record["iteration"] for record in view.records] == [1, 2, 3]  # the curves keep the history

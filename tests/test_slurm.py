@@ -346,7 +346,7 @@ def test_sbatch_script_trains_on_a_real_slurm_cluster(slurm_cluster, tmp_path):
         "--script", str(DDP_SCRIPT), "--", "--steps", "3", "--device", "cpu",
     )  # fmt: skip
     output = (log_dir / f"slurm-islab-rsl_rl-{job_id}.out").read_text()
-    (run_dir,) = log_dir.glob("rsl_rl/ddp_finetune/*_byo")
+    (run_dir,) = log_dir.glob("script/ddp_finetune/*_byo")
     assert (run_dir / "finetune.pt").is_file(), output[-3000:]
     assert "step 3/3" in (run_dir / "logs" / "rank_0.log").read_text()
     assert "rank 1 done: world 2" in (run_dir / "logs" / "rank_1.log").read_text()

@@ -267,7 +267,7 @@ def test_override_of_an_unknown_agent_config_key_names_it_and_the_close_match():
 
 
 def test_rendezvous_timeout_default_layers_and_minimum(tmp_path):
-    assert resolve_spec().spec.rendezvous.timeout_s == 300
+    assert resolve_spec().spec.rendezvous.timeout_s is None  # the launcher's own default
     path = write(tmp_path, "rendezvous:\n  timeout_s: 60\n")
     assert resolve_spec(cluster_file=path).spec.rendezvous.timeout_s == 60
     assert resolve_spec(env=env(rendezvous__timeout_s=30), cluster_file=path).spec.rendezvous.timeout_s == 30

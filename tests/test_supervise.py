@@ -428,3 +428,38 @@ def test_skrl_jax_blames_the_killed_rank_not_the_one_that_lost_its_peer():
     assert _root_cause(0, [1, 143], exceptions.get) == 0  # SIGTERM is ours (stopping the others)
     assert _root_cause(0, [1, 1], {0: lost, 1: "RuntimeError: boom"}.get) == 1
     assert _root_cause(0, [1, 137], {0: "RuntimeError: own", 1: None}.get) == 0
+
+
+def test_torchruns_failure_dump_stays_off_the_console_while_the_ranks_lines_pass(tmp_path):
+    """Issue 23 item 13: a failed rank's cause is the supervisor's one error line (rank, exception from
+    the error file, log); torchrun's own error record, traceback and ChildFailedError table are not
+    printed again (lines as torch 2.13's torchrun writes them)."""
+    from collections import deque
+
+    from islab.run.console import ConsolePolicy, RunView
+    from islab.run.processes import Child, _pump
+
+    output = [
+        "[default0]:[islab] rank 0/2 on cpu",
+        "[default0]:Traceback (most recent call last):",
+        "[default0]:ValueError: could not convert string to float: 'abc'",
+        "E1125 15:31:00.123000 4242 torch/distributed/elastic/multiprocessing/api.py:882] failed (exitcode: 1) "
+        "local_rank: 0 (pid: 4243) of binary: /usr/bin/python",
+        "Traceback (most recent call last):",
+        '  File "<frozen runpy>", line 198, in _run_module_as_main',
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "============================================================",
+        "islab.worker FAILED",
+        "Failures:",
+        "  rank      : 1 (local_rank: 1)",
+    ]
+    pipe = io.BytesIO("".join(f"{line}\n" for line in output).encode())
+    sink, tail = io.StringIO(), deque(maxlen=50)
+    view = RunView(str(tmp_path), io.StringIO(), live=False, progress=False)
+    child = Child(("torchrun",), {}, rank=None, first_rank=0)
+    _pump(pipe, sink, "err", child, tail, view, ConsolePolicy(), lambda rank, line: None, lambda: False)
+    shown = sink.getvalue()
+    assert "ValueError: could not convert string to float: 'abc'" in shown  # rank 0's own words pass
+    for dump in ("failed (exitcode: 1)", "ChildFailedError", "_run_module_as_main", "Failures:", "rank      : 1"):
+        assert dump not in shown, shown
+    assert list(tail)[-1] == "  rank      : 1 (local_rank: 1)"  # still read to name the failed rank

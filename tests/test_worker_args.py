@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from islab.plan.plan import worker_args
+from islab.plan.plan import rendezvous_timeout_of, worker_args
 from islab.spec.run_spec import RunSpec
 from islab.spec.worker_args import WORKER_ARGS, Emit, build_parser, default_of, parse, to_argv, values_from
 
@@ -37,7 +37,8 @@ def legacy_worker_args(spec: RunSpec, run_dir: str) -> list[str]:
         "--distributed",
         "--checkpoint-interval", str(spec.checkpoint_interval),
         *(["--logger", spec.logger] if spec.logger != "tensorboard" else []),
-        "--peer-timeout", str(spec.rendezvous.timeout_s),
+        # the launcher's own rendezvous timeout when none is set (issue 23 item 10)
+        "--peer-timeout", str(rendezvous_timeout_of(spec)),
         *(["--resume", spec.resume] if spec.resume is not None else []),
         *spec.overrides,
     ]  # fmt: skip
@@ -82,7 +83,7 @@ def test_the_worker_reads_back_what_the_planner_wrote(spec, monkeypatch):
         "lib": spec.lib, "ml_framework": spec.ml_framework, "task": spec.task, "task_module": spec.task_module,
         "num_envs": spec.num_envs, "seed": spec.seed, "device": spec.device, "run_dir": Path(RUN_DIR),
         "distributed": True, "checkpoint_interval": spec.checkpoint_interval, "logger": spec.logger,
-        "peer_timeout": float(spec.rendezvous.timeout_s), "overrides": list(spec.overrides),
+        "peer_timeout": float(rendezvous_timeout_of(spec)), "overrides": list(spec.overrides),
         "resume": Path(spec.resume) if spec.resume is not None else None,
         "total_env_steps": spec.total_env_steps, "keep_checkpoints": spec.keep_checkpoints,
         "max_iterations": spec.max_iterations if spec.total_env_steps is None else None,
@@ -139,7 +140,7 @@ def test_an_argument_at_its_default_is_left_out_when_the_table_says_so():
         (["--total-env-steps", "0"], "--total-env-steps must be >= 1"),
         (["--max-iterations", "1", "--checkpoint-interval", "-1"], "--checkpoint-interval must be >= 0"),
         (["--max-iterations", "1", "--total-env-steps", "5"], "not allowed with argument"),
-        ([], "one of the arguments --total-env-steps --max-iterations is required"),
+        ([], "one of --total-env-steps or --max-iterations is required"),
     ],
 )
 def test_the_worker_refuses_what_the_table_forbids(argv, message, capsys):

@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from collections.abc import Sequence
 from datetime import datetime
 from enum import Enum
+from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
@@ -35,9 +38,18 @@ from islab.plan.launch_issues import launch_issues
 from islab.plan.launch_plan import LaunchPlan
 from islab.plan.torchrun import with_c10d_node_facts
 from islab.resolve.allocations import active_allocations
+from islab.resolve.edge import DryRunEdge
 from islab.resolve.resolve import Provided, ResolvedSpec, Source, resolve_spec
 from islab.run.supervise import ConsoleOptions, run_plan
-from islab.rundir import rank_log, write_launch_record
+from islab.run.wandb_login import wandb_login_issue
+from islab.rundir import (
+    continued_run_dir,
+    latest_checkpoint,
+    rank_log,
+    read_heartbeats,
+    summary_path,
+    write_launch_record,
+)
 from islab.spec.addresses import split_host_port
 from islab.spec.issues import Issue, SpecError, mask_env
 from islab.spec.run_spec import RunSpec
@@ -52,6 +64,7 @@ def entry_args() -> list[str] | None:
 
 
 PROG = "islab-train"
+GPUS_ALL_ASSUMED = "no CUDA device is visible here, so this plan assumes 1 GPU per node"
 
 # The subcommands beside the training command (islab.cli.commands registers each; --help lists them).
 SUBCOMMANDS = ("doctor", "sbatch", "tasks", "play", "export")
@@ -106,11 +119,12 @@ app = typer_app(add_completion=True)
 
 
 def train(ctx: typer.Context, **options: Any) -> None:
-    resolved = resolve(ctx, options)
+    warnings: list[str] = []  # what a dry run planned without checking it on this machine
+    resolved = resolve(ctx, options, dry_run_warnings=warnings if options["dry_run"] else None)
     if options["json_output"] and not options["dry_run"]:
         fail(SpecError(Issue("--json", "only works together with --dry-run", "Add --dry-run")))
     _plan_and_go(resolved, dry_run=options["dry_run"], json_output=options["json_output"],
-                 all_ranks=options["all_ranks"])  # fmt: skip
+                 all_ranks=options["all_ranks"], warnings=warnings)  # fmt: skip
 
 
 train.__signature__ = signature(train=True)  # type: ignore[attr-defined]
@@ -127,15 +141,26 @@ app.command(
 # ----------------------------------------------------------------------------------------------
 
 
-def resolve(ctx: typer.Context, options: dict[str, Any], *, slurm_layer: Any = None) -> ResolvedSpec:
-    """Command line + ISLAB_* + cluster file (+ SLURM allocation) -> validated spec, or exit 2."""
+def resolve(
+    ctx: typer.Context, options: dict[str, Any], *, slurm_layer: Any = None, dry_run_warnings: list[str] | None = None
+) -> ResolvedSpec:
+    """Command line + ISLAB_* + cluster file (+ SLURM allocation) -> validated spec, or exit 2.
+    ``dry_run_warnings``: given for a dry run, which then plans what this machine cannot check
+    (``--gpus all`` without GPUs, ``--isaaclab`` without a checkout) and says so in this list."""
+    dry_run = dry_run_warnings is not None
     try:
         cli_layer, env_layer = _layers(ctx, options)
-        _apply_gpus(ctx, options.get("gpus"), cli_layer, env_layer)
+        _apply_gpus(ctx, options.get("gpus"), cli_layer, env_layer, dry_run_warnings)
         # The scheduler allocations this process runs in (SLURM under srun or with --slurm), unless
         # the caller plans one itself (sbatch plans the job's allocation before it exists).
         allocations = active_allocations(options, os.environ) if slurm_layer is None else ()
-        return resolve_spec(cli_layer, env_layer, options.get("cluster"), slurm=slurm_layer, allocations=allocations)
+        edge = DryRunEdge() if dry_run else None
+        resolved = resolve_spec(
+            cli_layer, env_layer, options.get("cluster"), slurm=slurm_layer, allocations=allocations, edge=edge
+        )
+        if edge is not None and dry_run_warnings is not None:
+            dry_run_warnings += edge.warnings
+        return resolved
     except SpecError as exc:
         fail(exc)
 
@@ -184,9 +209,15 @@ def slurm_job_of(resolved: ResolvedSpec) -> int | None:
 
 
 def _apply_gpus(
-    ctx: typer.Context, gpus: str | None, cli_layer: dict[str, Provided], env_layer: dict[str, Provided]
+    ctx: typer.Context,
+    gpus: str | None,
+    cli_layer: dict[str, Provided],
+    env_layer: dict[str, Provided],
+    dry_run_warnings: list[str] | None = None,
 ) -> None:
-    """--gpus N|all is shorthand for device=cuda + nproc_per_node=N, in the layer it came from."""
+    """--gpus N|all is shorthand for device=cuda + nproc_per_node=N, in the layer it came from.
+    A dry run on a machine without GPUs plans ``all`` as one GPU per node (the world size, the
+    budget and skrl-JAX's per-rank commands need a number; one is the smallest real plan) and warns."""
     if gpus is None:
         return
     from_env = source_of(ctx, "gpus") == "ENVIRONMENT"
@@ -195,7 +226,10 @@ def _apply_gpus(
     text = gpus.strip().lower()
     if text == "all":
         count = visible_gpu_count()
-        if count == 0:
+        if count == 0 and dry_run_warnings is not None:
+            count = 1
+            dry_run_warnings.append(f"warning: {label} all: {GPUS_ALL_ASSUMED} (a real launch counts the node's GPUs)")
+        elif count == 0:
             raise SpecError(Issue(
                 label,
                 "'all' found no visible CUDA devices (CUDA_VISIBLE_DEVICES / nvidia-smi)",
@@ -231,18 +265,24 @@ def fail(exc: SpecError, code: int = 2) -> NoReturn:
 # ----------------------------------------------------------------------------------------------
 
 
-def _plan_and_go(resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, all_ranks: bool = False) -> None:
+def _plan_and_go(
+    resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, all_ranks: bool = False, warnings: Sequence[str] = ()
+) -> None:
     spec = resolved.spec
     try:
         plan = planner.build_plan(spec, now=datetime.now(), free_port=find_free_port(),
-                                  slurm_job_id=slurm_job_of(resolved))  # fmt: skip
+                                  slurm_job_id=slurm_job_of(resolved),
+                                  to_target=planner.resumes_to_target(resolved))  # fmt: skip
     except SpecError as exc:
         fail(exc)
 
     # The ranks get the spec's env on top of ours: count the GPUs they will see.
     visible_gpus = visible_gpu_count({**os.environ, **spec.env}) if spec.device == "cuda" else 0
     if dry_run:
-        if spec.device == "cuda" and visible_gpus < spec.nproc_per_node:
+        for line in warnings:
+            print(line, file=sys.stderr)
+        gpus_assumed = any(GPUS_ALL_ASSUMED in line for line in warnings)  # said once already
+        if spec.device == "cuda" and visible_gpus < spec.nproc_per_node and not gpus_assumed:
             print(
                 f"warning: planning {spec.nproc_per_node} GPU process(es) per node, but "
                 f"{visible_gpus} CUDA device(s) are visible here (fine for a dry run)",
@@ -252,8 +292,11 @@ def _plan_and_go(resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, al
         raise typer.Exit(0)
 
     issues = launch_issues(spec, platform=sys.platform, visible_gpus=visible_gpus)
-    if issues:
-        fail(SpecError(issues))
+    taken = run_dir_taken(spec, plan, slurm_job_of(resolved), now=time.time())
+    login = wandb_login_issue({**os.environ, **spec.env}, Path.home()) if spec.logger == "wandb" else None
+    refused = [*issues, *(issue for issue in (taken, login) if issue is not None)]
+    if refused:
+        fail(SpecError(refused))
     node_rank = spec.node_rank if spec.node_rank is not None else 0
     hosts_store = _preflight(spec, plan, visible_gpus)
     if spec.rendezvous.backend == "c10d" and spec.nnodes > 1 and plan.rendezvous_address:
@@ -292,6 +335,34 @@ def _plan_and_go(resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, al
             file=sys.stderr,
         )
     raise typer.Exit(run_plan(plan, node_rank, console=console))
+
+
+def run_dir_taken(spec: RunSpec, plan: LaunchPlan, slurm_job_id: int | None, *, now: float) -> Issue | None:
+    """A run directory that already holds another run is not trained into again (identical
+    multi-node launches name the same ``spec-<digest>`` directory, and the new run would overwrite
+    the first one's checkpoints). Allowed: ``--resume`` of that directory; a SLURM job's own
+    ``slurm-<job id>`` directory (a requeue resumes there by itself); a job that is still running
+    there (a heartbeat younger than the hang or rendezvous timeout and than the run's summary: a node
+    joining an elastic job);
+    a directory with no checkpoint and no summary yet (the nodes of one job start together).
+    torchrun's own restarts happen inside this launch and never come here."""
+    run_dir = plan.run_dir
+    if run_dir == continued_run_dir(spec.resume) or slurm_job_id is not None:
+        return None
+    if not (latest_checkpoint(run_dir).is_file() or summary_path(run_dir).is_file()):
+        return None
+    window = max(plan.hang_timeout_s, plan.rendezvous_timeout_s)
+    summary = summary_path(run_dir)
+    ended = summary.stat().st_mtime if summary.is_file() else 0.0  # rank 0 writes it last
+    beats = [float(beat.get("time", 0)) for beat in read_heartbeats(run_dir).values()]
+    if any(ended < beat and now - beat < window for beat in beats):
+        return None
+    return Issue(
+        "run directory",
+        f"{run_dir} already holds another run, whose checkpoints this launch would overwrite (identical "
+        "multi-node launches name the same directory)",
+        f"Pass --run-name NAME for a directory of its own, or --resume {run_dir} to continue that run",
+    )
 
 
 def _preflight(spec: RunSpec, plan: LaunchPlan, visible_gpus: int) -> bool:

@@ -32,7 +32,9 @@ from islab.spec.run_spec import (
     CHOICES,
     DEFAULT_C10D_ID,
     DEFAULT_MULTINODE_MASTER_PORT,
-    DEFAULT_RDZV_TIMEOUT_S,
+    JAX_INIT_TIMEOUT_S,
+    TORCHRUN_C10D_JOIN_TIMEOUT_S,
+    TORCHRUN_STATIC_RDZV_TIMEOUT_S,
     Rendezvous,
     RunSpec,
 )
@@ -196,8 +198,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("--rdzv-id", "c10d rendezvous: job id shared by all nodes.", PANEL_CLUSTER, "rendezvous.id", str,
            f"Default: {DEFAULT_C10D_ID}."),
     Option("--rdzv-timeout", "How long node 0 waits for every node to join before failing with a clear message "
-           "(torchrun static and c10d, and skrl-JAX).", PANEL_CLUSTER, "rendezvous.timeout_s", int, "Default: {}.",
-           metavar="SECONDS"),
+           "(torchrun static and c10d, and skrl-JAX).", PANEL_CLUSTER, "rendezvous.timeout_s", int,
+           f"Default: the launcher's own (torchrun static {TORCHRUN_STATIC_RDZV_TIMEOUT_S}, c10d "
+           f"{TORCHRUN_C10D_JOIN_TIMEOUT_S}; skrl-JAX {JAX_INIT_TIMEOUT_S}).", metavar="SECONDS"),
     Option("--rdzv-last-call", "c10d with --nnodes MIN:MAX: once MIN nodes have joined (at the start, or after "
            "a node was lost), how long to wait for more before training starts.", PANEL_CLUSTER,
            "rendezvous.last_call_s", int, "Default: torchrun's 30.", metavar="SECONDS"),
@@ -211,11 +214,13 @@ OPTIONS: tuple[Option, ...] = (
            default="[default: auto]"),
     # --- output ------------------------------------------------------------------------------
     Option("--run-name", "Suffix of the run directory; letters, digits, . _ - only.", PANEL_OUTPUT, "run_name"),
-    Option("--log-dir", "Root of run directories: <log_dir>/<lib>/<task>/<time>[_<run_name>].", PANEL_OUTPUT,
+    Option("--log-dir", "Root of run directories: <log_dir>/<lib>/<task>/<time>[_<run_name>] (an entry point: "
+           "script|module|command/<name>/...; presets: isaaclab-<lib>/<task>/..., mjlab/<task>/...).", PANEL_OUTPUT,
            "log_dir", str, "Default: {}."),
     Option("--resume", "Continue a run: its run directory (training goes on there) or a checkpoint file (a new "
-           "run directory). --max-iterations M more iterations (or --total-env-steps N more env steps) are "
-           "trained. Only node 0 reads it.", PANEL_OUTPUT, "resume", metavar="PATH"),
+           "run directory). Alone it finishes the run's original target (as a SLURM requeue does); "
+           "--max-iterations M (or --total-env-steps N) given with it trains M more iterations (N more env "
+           "steps). Only node 0 reads it.", PANEL_OUTPUT, "resume", metavar="PATH"),
     Option("--checkpoint-interval", "Iterations between checkpoints (atomic; the last iteration is always saved; "
            "0: only at the end). An elastic restart (--max-restarts) resumes from the latest.", PANEL_OUTPUT,
            "checkpoint_interval", int, "Default: {}.", metavar="N"),
@@ -224,7 +229,7 @@ OPTIONS: tuple[Option, ...] = (
            "the error names the ranks that are behind and where they are stuck. islab's worker only, not a --script "
            "/ --module / --command or a preset. 0 disables.", PANEL_OUTPUT, "hang_timeout_s", int,
            f"Default: {HANG_TIMEOUT_RDZV_FACTOR} x --rdzv-timeout, at least {MIN_DEFAULT_HANG_TIMEOUT_S} "
-           f"({default_hang_timeout(DEFAULT_RDZV_TIMEOUT_S)}).", metavar="SECONDS"),
+           f"({default_hang_timeout(TORCHRUN_STATIC_RDZV_TIMEOUT_S)} for a static rendezvous).", metavar="SECONDS"),
     Option("--logger", "Where rank 0 logs each iteration (env steps, mean return, steps/s, losses). The "
            "libraries always write TensorBoard event files into the run directory; wandb (the [wandb] extra) also "
            "logs to one Weights & Biases run per run directory, step = env steps of the whole job, continued by "

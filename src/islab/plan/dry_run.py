@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from islab.plan import skrl_jax
 from islab.plan.launch_plan import LaunchPlan
+from islab.plan.plan import TO_TARGET_TEXT
 from islab.resolve.resolve import ResolvedSpec
 from islab.spec.issues import mask_env
 from islab.spec.run_spec import WORKER_ONLY_FIELDS
@@ -60,6 +61,7 @@ def format_text(plan: LaunchPlan, resolved: ResolvedSpec) -> str:
             if plan.budget is not None
             else []
         ),
+        *([comment(f"budget: {TO_TARGET_TEXT}")] if plan.to_target else []),
         comment("resolved spec (field = value  (source: cli|env|file|default)):"),
     ]
     if resolved.cluster_file:
@@ -73,6 +75,8 @@ def format_text(plan: LaunchPlan, resolved: ResolvedSpec) -> str:
         detail = f"source: {source.value}" + (f", {origin}" if origin and source.value != "file" else "")
         if value is None and name in plan.derived:
             value, detail = plan.derived[name], f"{detail}, chosen by the planner"
+        elif name in ("max_iterations", "total_env_steps") and plan.to_target and value is not None:
+            detail = f"{detail}, not passed: resuming finishes the run's original target"
         elif name == "max_iterations" and spec.total_env_steps is not None:
             detail = f"{detail}, derived from total_env_steps by each run"
         lines.append(comment(f"  {name.ljust(width)} = {_comment_value(value)}  ({detail})"))

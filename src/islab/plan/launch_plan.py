@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from islab.spec.budget import Budget
-from islab.spec.run_spec import DEFAULT_RDZV_TIMEOUT_S
+from islab.spec.run_spec import TORCHRUN_STATIC_RDZV_TIMEOUT_S
 
 Launcher = Literal["torchrun", "skrl-jax"]
 
@@ -64,7 +64,7 @@ class LaunchPlan:
     # "node(s) did not join" message, to bound the skrl-JAX rendezvous, and for the doctor.
     rendezvous_address: str | None = None
     rendezvous_kind: str | None = None  # "static master" | "c10d endpoint" | "JAX coordinator"
-    rendezvous_timeout_s: int = DEFAULT_RDZV_TIMEOUT_S
+    rendezvous_timeout_s: int = TORCHRUN_STATIC_RDZV_TIMEOUT_S
     nnodes: int = 1
     # What the job trains (iterations x ranks x envs x rollout): shown by the dry run.
     budget: Budget | None = None
@@ -76,6 +76,8 @@ class LaunchPlan:
     events_not_before: float | None = None
     # Seconds without a finished iteration on any rank of a node before it counts as hung (0: off).
     hang_timeout_s: int = 0
+    # --resume alone: the worker trains to the run's original target (no budget known here).
+    to_target: bool = False
 
     def node(self, node_rank: int) -> NodePlan:
         for node in self.nodes:

@@ -28,6 +28,8 @@ from islab.libs.registry import apply_env_fixes
 from islab.plan import skrl_jax, torchrun
 from islab.plan.launch_plan import LaunchPlan, NodePlan, RankLaunch
 from islab.resolve.isaaclab import tensorboard_root
+from islab.resolve.layers import Source
+from islab.resolve.pipeline import ResolvedSpec
 from islab.spec.addresses import join_host_port, split_host_port
 from islab.spec.agent_config import load_agent_config
 from islab.spec.budget import Budget
@@ -35,12 +37,18 @@ from islab.spec.launch_rules import shared_fields
 from islab.spec.run_spec import (
     DEFAULT_C10D_ID,
     DEFAULT_MULTINODE_MASTER_PORT,
+    JAX_INIT_TIMEOUT_S,
+    TORCHRUN_C10D_JOIN_TIMEOUT_S,
+    TORCHRUN_STATIC_RDZV_TIMEOUT_S,
     RunSpec,
 )
 from islab.spec.worker_args import to_argv, values_from
 
 LOCALHOST = "127.0.0.1"
 RUN_DIR_TIME_FORMAT = "%Y-%m-%d_%H-%M-%S"
+TO_TARGET_TEXT = (
+    "resuming finishes the run's original target (--max-iterations M or --total-env-steps N with --resume: M / N more)"
+)
 # The default hang timeout: never shorter than the waits a healthy job may have -- a collective
 # waits up to the rendezvous timeout T for a slow peer, an elastic restart up to T for the nodes to
 # join again, so twice T -- and never under ten minutes, since killing a healthy job costs more
@@ -53,12 +61,23 @@ def default_hang_timeout(rdzv_timeout_s: int) -> int:
     return max(HANG_TIMEOUT_RDZV_FACTOR * rdzv_timeout_s, MIN_DEFAULT_HANG_TIMEOUT_S)
 
 
+def rendezvous_timeout_of(spec: RunSpec) -> int:
+    """Seconds the nodes wait for each other: the user's ``rendezvous.timeout_s``, else the
+    launcher's own default (torchrun static 900 s, c10d join 600 s, JAX 300 s) -- which the
+    launcher then applies itself, as islab passes no timeout in that case."""
+    if spec.rendezvous.timeout_s is not None:
+        return spec.rendezvous.timeout_s
+    if spec.launcher == skrl_jax.NAME:
+        return JAX_INIT_TIMEOUT_S
+    return TORCHRUN_C10D_JOIN_TIMEOUT_S if spec.rendezvous.backend == "c10d" else TORCHRUN_STATIC_RDZV_TIMEOUT_S
+
+
 def hang_timeout_of(spec: RunSpec) -> int:
     """Seconds without progress before the job counts as hung; 0: not watched (a user's entry
     point writes no heartbeats)."""
     if spec.entrypoint is not None:
         return 0
-    return spec.hang_timeout_s if spec.hang_timeout_s is not None else default_hang_timeout(spec.rendezvous.timeout_s)
+    return spec.hang_timeout_s if spec.hang_timeout_s is not None else default_hang_timeout(rendezvous_timeout_of(spec))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -67,8 +86,9 @@ def hang_timeout_of(spec: RunSpec) -> int:
 
 
 def run_dir_for(spec: RunSpec, now: datetime, slurm_job_id: int | None = None) -> str:
-    """``<log_dir>/<lib>/<task>/<leaf>[_<run_name>]`` -- chosen once, for all ranks; or the run
-    directory being resumed, so a resumed run keeps its logs and checkpoints together.
+    """``<log_dir>/<lib>/<task>/<leaf>[_<run_name>]`` (other entry points: :func:`what_ran`) -- chosen
+    once, for all ranks; or the run directory being resumed, so a resumed run keeps its logs and
+    checkpoints together.
 
     A SLURM job's leaf is ``slurm-<job id>``: every node knows it, and a requeued job (same id)
     finds its own run directory again and resumes from its checkpoint (:mod:`islab.worker.resume`).
@@ -86,9 +106,38 @@ def run_dir_for(spec: RunSpec, now: datetime, slurm_job_id: int | None = None) -
     else:
         leaf = now.strftime(RUN_DIR_TIME_FORMAT)
     leaf = f"{leaf}_{spec.run_name}" if spec.run_name else leaf
-    if spec.entrypoint is not None:  # <log_dir>/<lib>/<script stem | module | command>/<leaf>
-        return str(PurePath(spec.log_dir, spec.lib, entry_label(spec.entrypoint), leaf))
-    return str(PurePath(spec.log_dir, spec.lib, spec.task, leaf))
+    return str(PurePath(spec.log_dir, *what_ran(spec), leaf))
+
+
+def what_ran(spec: RunSpec) -> tuple[str, str]:
+    """The two directory levels between ``log_dir`` and a run's leaf, named by what ran: our worker
+    ``<lib>/<task>``; Isaac Lab's train.py ``isaaclab-<lib>/<task>`` (one script per library, as
+    Isaac Lab's own ``logs/<lib>/``); mjlab's train ``mjlab/<task>``; a user's entry point
+    ``script/<stem>``, ``module/<name>`` or ``command/<name>`` -- the library only picks the
+    launcher there, so it would name nothing that ran."""
+    if spec.entrypoint is None:
+        return spec.lib, spec.task
+    if spec.isaaclab is not None:
+        return f"isaaclab-{spec.lib}", _directory_safe(_option_value(spec.args, "--task") or "task")
+    if spec.mjlab:  # the preset puts mjlab's task id first
+        return "mjlab", _directory_safe(spec.args[0] if spec.args else "task")
+    ((kind, _),) = spec.entrypoint.items()
+    return kind, entry_label(spec.entrypoint)
+
+
+def _option_value(args: tuple[str, ...], option: str) -> str | None:
+    """The last value of ``option`` (``--opt V`` or ``--opt=V``) in ``args``: argparse keeps the last."""
+    found = None
+    for index, arg in enumerate(args):
+        if arg == option and index + 1 < len(args):
+            found = args[index + 1]
+        elif arg.startswith(f"{option}="):
+            found = arg.partition("=")[2]
+    return found
+
+
+def _directory_safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in name).lstrip(".") or "_"
 
 
 def _shared_digest(spec: RunSpec) -> str:
@@ -106,7 +155,7 @@ def entry_label(entrypoint: Mapping[str, str]) -> str:
     """A directory-safe name for an entry point: the script's stem, the module or the command."""
     ((kind, name),) = entrypoint.items()
     label = PurePath(name).stem if kind == "script" else PurePath(name).name
-    return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in label) or kind
+    return _directory_safe(label) if label else kind
 
 
 def entry_argv(spec: RunSpec) -> list[str]:
@@ -118,10 +167,24 @@ def entry_argv(spec: RunSpec) -> list[str]:
     return [*head, *spec.args]
 
 
-def worker_args(spec: RunSpec, run_dir: str) -> list[str]:
+def resumes_to_target(resolved: ResolvedSpec) -> bool:
+    """One rule for continuing a run: ``--resume`` alone finishes the run's original target (the
+    checkpoint records it, as a SLURM requeue or an elastic restart does); a ``--max-iterations`` /
+    ``--total-env-steps`` given now (command line, ``ISLAB_*``, cluster file) says how many more.
+    The resumed run's own stored length (source ``resumed``) and the defaults are not "given now"."""
+    given = {resolved.sources.get(name) for name in ("max_iterations", "total_env_steps")}
+    return resolved.spec.resume is not None and not given & {Source.CLI, Source.ENV, Source.FILE}
+
+
+def worker_args(spec: RunSpec, run_dir: str, *, to_target: bool = False) -> list[str]:
     """The worker command line of docs/ARCHITECTURE.md (after ``-m islab.worker`` / the script),
-    written from the one table of worker arguments (:mod:`islab.spec.worker_args`)."""
-    return to_argv(values_from(spec.model_dump(), run_dir=run_dir, distributed=True))
+    written from the one table of worker arguments (:mod:`islab.spec.worker_args`). ``to_target``:
+    resuming alone, so no length (the worker trains to the checkpoint's target)."""
+    values = values_from(spec.model_dump(), run_dir=run_dir, distributed=True)
+    values["peer_timeout"] = rendezvous_timeout_of(spec)  # a collective waits as long as the nodes do
+    if to_target:
+        values["max_iterations"] = values["total_env_steps"] = None
+    return to_argv(values)
 
 
 def budget_of(spec: RunSpec) -> Budget:
@@ -176,18 +239,21 @@ def _derive(spec: RunSpec, free_port: int) -> tuple[dict[str, str], int | None]:
 # ----------------------------------------------------------------------------------------------
 
 
-def build_plan(spec: RunSpec, *, now: datetime, free_port: int, slurm_job_id: int | None = None) -> LaunchPlan:
+def build_plan(
+    spec: RunSpec, *, now: datetime, free_port: int, slurm_job_id: int | None = None, to_target: bool = False
+) -> LaunchPlan:
     """Plan every node of ``spec`` (or only ``spec.node_rank`` when given).
 
     ``now`` (or, inside a SLURM allocation, ``slurm_job_id``) names the run directory; ``free_port``
     is used for a single-node rendezvous or JAX coordinator that the spec left open (the caller
-    probes it; see ``supervise.find_free_port``).
+    probes it; see ``supervise.find_free_port``). ``to_target``: ``--resume`` alone
+    (:func:`resumes_to_target`), which trains to the run's original target.
     """
     run_dir = run_dir_for(spec, now, slurm_job_id)
     launcher = spec.launcher
     derived, node0_port = _derive(spec, free_port)
     env = MappingProxyType(plan_env(spec, run_dir))
-    worker = worker_args(spec, run_dir) if spec.entrypoint is None else entry_argv(spec)
+    worker = worker_args(spec, run_dir, to_target=to_target) if spec.entrypoint is None else entry_argv(spec)
     node_ranks = [spec.node_rank] if spec.node_rank is not None else list(range(spec.nnodes))
     nodes = []
     for node_rank in node_ranks:
@@ -209,6 +275,8 @@ def build_plan(spec: RunSpec, *, now: datetime, free_port: int, slurm_job_id: in
             nodes.append(NodePlan(node_rank, argv, env, ranks))
         else:
             nodes.append(NodePlan(node_rank, torchrun.node_argv(spec, node_rank, derived, worker), env))
+    if spec.rendezvous.timeout_s is None:
+        derived = {**derived, "rendezvous.timeout_s": str(rendezvous_timeout_of(spec))}
     if spec.hang_timeout_s is None and spec.entrypoint is None:
         derived = {**derived, "hang_timeout_s": str(hang_timeout_of(spec))}
     address, kind = _meeting_point(derived)
@@ -220,9 +288,10 @@ def build_plan(spec: RunSpec, *, now: datetime, free_port: int, slurm_job_id: in
         node0_port=node0_port,
         rendezvous_address=address,
         rendezvous_kind=kind,
-        rendezvous_timeout_s=spec.rendezvous.timeout_s,
+        rendezvous_timeout_s=rendezvous_timeout_of(spec),
         nnodes=spec.nnodes,
-        budget=budget_of(spec) if spec.entrypoint is None else None,
+        budget=budget_of(spec) if spec.entrypoint is None and not to_target else None,
+        to_target=to_target,
         entrypoint=spec.entrypoint is not None,
         # Isaac Lab's train.py writes <cwd>/logs/<lib>/...; a user's script, under ISLAB_RUN_DIR
         events_root=str(tensorboard_root(spec.lib, Path.cwd())) if spec.isaaclab or spec.mjlab else run_dir,

@@ -35,18 +35,18 @@ def node_argv(spec: RunSpec, node_rank: int, derived: Mapping[str, str], worker:
         "--nproc_per_node", str(spec.nproc_per_node),
         "--nnodes", spec.nnodes_text,
     ]  # fmt: skip
-    timeout = spec.rendezvous.timeout_s
+    timeout = spec.rendezvous.timeout_s  # None: torchrun's own default, so no rdzv_conf entry
     if spec.rendezvous.backend == "c10d":
         # c10d: join_timeout bounds the wait for the rendezvous to complete (torchrun default 600 s);
         # last_call_timeout, the wait for more nodes once the minimum has joined (default 30 s).
-        conf = f"join_timeout={timeout}"
+        conf = [f"join_timeout={timeout}"] if timeout is not None else []
         if spec.rendezvous.last_call_s is not None:
-            conf += f",last_call_timeout={spec.rendezvous.last_call_s}"
+            conf.append(f"last_call_timeout={spec.rendezvous.last_call_s}")
         argv += [
             "--rdzv_backend", "c10d",
             "--rdzv_endpoint", derived["rendezvous.endpoint"],
             "--rdzv_id", derived["rendezvous.id"],
-            "--rdzv_conf", conf,
+            *(["--rdzv_conf", ",".join(conf)] if conf else []),
         ]  # fmt: skip
     else:
         # static: "timeout" is the TCPStore's timeout, i.e. how long node 0's store waits for the
@@ -55,7 +55,7 @@ def node_argv(spec: RunSpec, node_rank: int, derived: Mapping[str, str], worker:
             "--node_rank", str(node_rank),
             "--master_addr", derived["rendezvous.master_addr"],
             "--master_port", derived["rendezvous.master_port"],
-            "--rdzv_conf", f"timeout={timeout}",
+            *(["--rdzv_conf", f"timeout={timeout}"] if timeout is not None else []),
         ]  # fmt: skip
     argv += ["--max_restarts", str(spec.max_restarts)]
     if spec.entrypoint is not None:  # the user's entry point: `worker` is plan.entry_argv's PATH/-m/--no-python ...
@@ -82,9 +82,12 @@ def with_c10d_node_facts(
     Plans that are not c10d are returned unchanged."""
     node = plan.node(node_rank)
     argv = list(node.argv)
-    if "--rdzv_conf" not in argv or "c10d" not in argv:
+    if "--rdzv_backend" not in argv or "c10d" not in argv:
         return plan
-    index = argv.index("--rdzv_conf") + 1
+    if hosts_store and "--rdzv_conf" not in argv:  # torchrun's default timeouts: no conf yet
+        at = argv.index("--rdzv_id") + 2
+        argv[at:at] = ["--rdzv_conf", "is_host=1"]
+    index = argv.index("--rdzv_conf") + 1 if "--rdzv_conf" in argv else argv.index("--rdzv_id") + 1
     if hosts_store and "is_host=" not in argv[index]:
         argv[index] = f"{argv[index]},is_host=1"
     if local_addr is not None and "--local_addr" not in argv:

@@ -111,3 +111,15 @@ class DiskEdge:
 
     def agent_config_path(self, lib: str, task: str) -> Path:
         return agent_config_path(lib, task)
+
+
+class DryRunEdge(DiskEdge):
+    """A dry run's edge: the same reads, except that ``--isaaclab DIR`` need not be a checkout on
+    this machine (:class:`islab.resolve.isaaclab.UncheckedTree`; ``warnings`` says what was not checked)."""
+
+    def __init__(self) -> None:
+        self.isaaclab = isaaclab_preset.UncheckedTree()
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(self.isaaclab.unchecked)

@@ -67,12 +67,22 @@ def _is_unified(script: Path) -> bool:
 
 def preset_problem(isaaclab_dir: str | Path, library: str, ml_framework: str = "torch") -> str | None:
     """Why this preset cannot run, as ``<problem>. <fix>.``, or None when it can."""
+    return combination_problem(library, ml_framework) or tree_problem(isaaclab_dir, library)
+
+
+def combination_problem(library: str, ml_framework: str = "torch") -> str | None:
+    """What no Isaac Lab checkout could run: a library or framework its scripts do not train with."""
     if library not in LIBRARIES:
         return f"Isaac Lab trains distributed with {', '.join(LIBRARIES)}, not {library!r}. Pick one of those"
     if ml_framework not in ("torch", "jax"):
         return f"unknown ML framework {ml_framework!r}. Use torch or jax"
     if ml_framework == "jax" and library != "skrl":
         return f"only skrl trains with JAX in Isaac Lab, not {library}. Use --lib skrl or --ml-framework torch"
+    return None
+
+
+def tree_problem(isaaclab_dir: str | Path, library: str) -> str | None:
+    """What this machine's directory lacks: it is no Isaac Lab checkout (no train script)."""
     root = Path(isaaclab_dir)
     if not root.is_dir():
         return f"{root} is not a directory. Point --isaaclab (ISLAB_ISAACLAB) at an Isaac Lab checkout"
@@ -92,13 +102,16 @@ def isaaclab_entry(
     seed: int | None = None,
     max_iterations: int | None = None,
     extra_args: Sequence[str] = (),
+    distributed: bool = True,
 ) -> PresetEntry:
     """The entry point and arguments of Isaac Lab's train.py for ``library``.
 
     Order: ``--task T [--num_envs N] [--seed S] [--max_iterations M] --headless --distributed
-    [--ml_framework jax] EXTRA...``. ``--distributed`` is always given (as Isaac Lab's
-    train_multigpu.py does) so a one-rank run and a many-rank run use the same code path; an
-    option the user repeats in ``extra_args`` wins (argparse keeps the last value).
+    [--ml_framework jax] EXTRA...``. ``--distributed`` is given (as Isaac Lab's
+    train_multigpu.py does) so a one-rank run and a many-rank run use the same code path -- except
+    ``distributed=False`` (one CPU rank): under ``--distributed`` every train.py sets the simulation
+    and agent device to ``cuda:<local rank>``, overriding ``--device cpu``. An option the user
+    repeats in ``extra_args`` wins (argparse keeps the last value).
     Raises ValueError with :func:`preset_problem`'s text for an impossible library/framework pair.
     """
     unsupported = library not in LIBRARIES or ml_framework not in ("torch", "jax")
@@ -111,7 +124,7 @@ def isaaclab_entry(
         if value is not None:
             args += [option, str(value)]
     args += ["--headless"]
-    if "--distributed" not in extra_args:
+    if distributed and "--distributed" not in extra_args:
         args += ["--distributed"]
     if ml_framework == "jax":
         args += ["--ml_framework", "jax"]
@@ -187,3 +200,26 @@ def unknown_task_problem(task: str, isaaclab_dir: str | Path) -> str | None:
     suggestion = closest_task_id(task, known)
     hint = f"Did you mean {suggestion}?" if suggestion else f"Registered ids include {', '.join(known[:5])}"
     return f"{task} is not registered under {Path(isaaclab_dir) / 'source'}. {hint}"
+
+
+class UncheckedTree:
+    """The preset for a dry run: plans Isaac Lab's command without a checkout on this machine (as a
+    dry run plans GPUs it cannot see). Impossible library/framework pairs are still refused; what the
+    directory lacks is remembered in ``unchecked`` (one warning line) instead. Task ids are checked
+    when ``DIR/source`` can be read, as in a real launch."""
+
+    def __init__(self) -> None:
+        self.unchecked: list[str] = []
+
+    def preset_problem(self, isaaclab_dir: str | Path, library: str, ml_framework: str = "torch") -> str | None:
+        problem = combination_problem(library, ml_framework)
+        if problem is None and tree_problem(isaaclab_dir, library) is not None:
+            self.unchecked.append(
+                f"warning: --isaaclab: {isaaclab_dir} holds no Isaac Lab train script here; planned without "
+                "checking it (a real launch checks it)"
+            )
+        return problem
+
+    # the rest as in a real launch
+    unknown_task_problem = staticmethod(unknown_task_problem)
+    isaaclab_entry = staticmethod(isaaclab_entry)

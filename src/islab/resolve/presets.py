@@ -42,15 +42,29 @@ def apply_isaaclab(
     problem = preset.unknown_task_problem(str(task), directory)
     if problem:
         raise SpecError(_preset_issue(origins.get("task", "task"), problem))
+    cpu = merged.get("device") == "cpu"
+    if cpu and _several_ranks(merged):
+        raise SpecError(Issue(
+            origins.get("device", "device"),
+            "Isaac Lab's train.py cannot train on several CPU ranks: with --distributed (which several ranks "
+            "need) it puts the simulation and the agent on cuda:<local rank>, whatever --device says",
+            "Use --gpus N for several ranks, or one CPU rank (--device cpu --nproc 1 --nnodes 1)",
+        ))  # fmt: skip
     entry = preset.isaaclab_entry(
         directory, lib, framework, task=str(task), num_envs=merged.pop("num_envs", None),
         seed=merged.get("seed"), max_iterations=merged.pop("max_iterations", None),
-        # AppLauncher defaults to cuda:0: CPU ranks must say so (the user's flags after -- come last and win)
-        extra_args=(*(["--device", "cpu"] if merged.get("device") == "cpu" else []), *(merged.get("args") or ())),
+        # AppLauncher defaults to cuda:0: a CPU rank must say so, and run without --distributed, which
+        # would move it to cuda:0 (the user's flags after -- come last and win)
+        extra_args=(*(["--device", "cpu"] if cpu else []), *(merged.get("args") or ())), distributed=not cpu,
     )  # fmt: skip
     merged["entrypoint"], merged["args"] = {"script": str(entry.script)}, entry.args
     for name in ("entrypoint", "args"):
         sources[name], origins[name] = sources["isaaclab"], label
+
+
+def _several_ranks(merged: Mapping[str, Any]) -> bool:
+    nnodes, nproc = merged.get("nnodes", 1), merged.get("nproc_per_node", 1)
+    return str(nnodes).strip() != "1" or str(nproc).strip() != "1"
 
 
 def apply_mjlab(merged: dict[str, Any], sources: dict[str, Any], origins: dict[str, str]) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from islab.resolve.edge import Edge
 from islab.resolve.layers import Layer, Provided, Source
 from islab.resolve.pipeline import Inputs, ResolvedSpec, resolve
 from islab.resolve.sources import AllocationSource, LayerBuilder, cluster_layer, read_cluster_file
@@ -43,6 +44,7 @@ def resolve_spec(
     slurm: LayerBuilder | None = None,
     *,
     allocations: Sequence[AllocationSource] = (),
+    edge: Edge | None = None,
 ) -> ResolvedSpec:
     """Merge command line > scheduler allocation > environment > cluster file > defaults, then
     validate once.
@@ -52,8 +54,10 @@ def resolve_spec(
     allocation's layer (nodes, node rank, rendezvous) from the values the other layers chose --
     where the rendezvous goes depends on the launcher and backend (see :mod:`islab.resolve.slurm`);
     ``allocations``: any scheduler's, the same way (:func:`islab.resolve.allocations.active_allocations`).
+    ``edge``: what reads the machine (default: :class:`islab.resolve.edge.DiskEdge`; a dry run's
+    :class:`~islab.resolve.edge.DryRunEdge` plans ``--isaaclab`` without a checkout).
     Raises :class:`SpecError` with human messages.
     """
     allocated = (*([AllocationSource(Source.SLURM, slurm)] if slurm is not None else []), *allocations)
     inputs = Inputs(Layer(Source.CLI, cli or {}), Layer(Source.ENV, env or {}), cluster_file, allocated)
-    return resolve(inputs)
+    return resolve(inputs, edge)

@@ -248,7 +248,9 @@ class RunView:
         # rank 0's last log line: shown with the elapsed time while no iteration has been reported
         self.last_line = last_line
         self.latest: dict[str, Any] | None = None
-        self.records: list[dict[str, Any]] = []
+        # A run resumed in place: what progress.jsonl already holds is history (for the curves), not
+        # this launch's progress -- its last record must not be shown as the first progress line.
+        self.records: list[dict[str, Any]] = self.reader.poll() if reader is None and progress else []
         self._printed: int | None = None
         self._last_print = -math.inf
         self._started = time.monotonic()

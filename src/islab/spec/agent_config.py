@@ -73,6 +73,8 @@ def apply_overrides(config: dict[str, Any], overrides: Sequence[str]) -> dict[st
         leaf = path[-1]
         if leaf not in node and not adding:
             raise _unknown_key(item, path, node)
+        if not adding:
+            _check_type(item, ".".join(path), node[leaf], value)
         node[leaf] = value
     return result
 
@@ -91,6 +93,32 @@ def parse_override(item: str) -> tuple[str, Any]:
     if isinstance(value, str) and _EXPONENT_NUMBER.fullmatch(value.strip()):
         value = float(value)  # YAML 1.1 reads "3e-4" (no dot) as a string; users mean the number
     return key, value
+
+
+def _kind(value: Any) -> str | None:
+    """The kind of an agent-config value an override must keep (None: anything goes)."""
+    if isinstance(value, bool):
+        return "boolean (true/false)"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, dict):
+        return "mapping"
+    if isinstance(value, list):
+        return "list"
+    return None  # text or null: a number or a word may both be meant
+
+
+def _check_type(item: str, dotted: str, current: Any, value: Any) -> None:
+    """A value of another kind than the config's (``learning_rate=abc``) would fail only inside the
+    library, after launch, on every rank: refuse it here, naming the key, the kind and the value."""
+    expected = _kind(current)
+    if expected is None or _kind(value) == expected:
+        return
+    raise AgentConfigError(
+        f"override {item!r}",
+        f"{dotted} expects a {expected} (the agent config has {current!r}), got {value!r}. "
+        f"Give a {expected}, or +{dotted}=... to replace it with another kind on purpose",
+    )
 
 
 def _unknown_key(item: str, path: list[str], node: Any) -> AgentConfigError:

@@ -66,9 +66,14 @@ DEFAULT_TASK: str = default_of("task")
 # talking to each other first, so it cannot be probed. It is torchrun's own default.
 DEFAULT_MULTINODE_MASTER_PORT = 29500
 DEFAULT_C10D_ID = "islab"
-# How long node 0 waits for the other nodes to join before failing with a clear message. JAX's own
-# default for jax.distributed.initialize; torchrun would wait 900 s (static) / 600 s (c10d).
-DEFAULT_RDZV_TIMEOUT_S = 300
+# How long the nodes wait for each other when no --rdzv-timeout is given: each launcher's own
+# default, so islab passes no timeout of its own and a node whose Isaac Sim takes minutes to start
+# gets as long as under torchrun by hand (torch 2.13: torchrun's LaunchConfig gives the static
+# rendezvous ``timeout`` 900 s, launcher/api.py; c10d's ``join_timeout`` is 600 s,
+# dynamic_rendezvous.py; skrl calls ``jax.distributed.initialize`` whose ``initialization_timeout`` is 300 s).
+TORCHRUN_STATIC_RDZV_TIMEOUT_S = 900
+TORCHRUN_C10D_JOIN_TIMEOUT_S = 600
+JAX_INIT_TIMEOUT_S = 300
 # ``nnodes: "MIN:MAX"``: elastic membership (torchrun c10d only).
 NODE_RANGE_PATTERN = re.compile(r"(\d+):(\d+)")
 
@@ -112,8 +117,9 @@ class Rendezvous(_Frozen):
     endpoint: StrictStr | None = None
     id: StrictStr | None = None
     # Seconds node 0 waits for every node to arrive (torchrun: rdzv_conf timeout / join_timeout;
-    # skrl-JAX: enforced by the supervisor). Applies to every launcher.
-    timeout_s: Count = DEFAULT_RDZV_TIMEOUT_S
+    # skrl-JAX: enforced by the supervisor). Applies to every launcher. None: the launcher's own
+    # default (see TORCHRUN_STATIC_RDZV_TIMEOUT_S; the planner's rendezvous_timeout_of).
+    timeout_s: Count | None = None
     # c10d with nnodes MIN:MAX: once MIN nodes are in, how long the rendezvous waits for more before
     # training starts (torchrun's rdzv_conf last_call_timeout; None: torchrun's own 30 s).
     last_call_s: Count | None = None

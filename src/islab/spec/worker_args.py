@@ -126,9 +126,10 @@ WORKER_ARGS: tuple[WorkerArg, ...] = (
     WorkerArg("--peer-timeout", "how long a collective waits for the other ranks before this rank fails (a node "
               "that vanished without closing its sockets would otherwise hang the job)", float, default=600.0,
               field="rendezvous.timeout_s", metavar="SECONDS"),
-    WorkerArg("--resume", f"continue a run: its directory ({rundir.CHECKPOINTS_DIR}/{_LATEST}) or a checkpoint file; "
-              "--max-iterations M more iterations (--total-env-steps N more env steps) are trained. Only rank 0 "
-              "reads it.", Path, field="resume", emit=Emit.GIVEN, metavar="PATH"),
+    WorkerArg("--resume", f"continue a run: its directory ({rundir.CHECKPOINTS_DIR}/{_LATEST}) or a checkpoint file. "
+              "Alone it trains to the run's original target; with --max-iterations M, M more iterations "
+              "(--total-env-steps N: N more env steps). Only rank 0 reads it.", Path, field="resume",
+              emit=Emit.GIVEN, metavar="PATH"),
     WorkerArg("overrides", "agent-config overrides", default=(), field="overrides", metavar="key=value"),
 )  # fmt: skip
 BY_NAME: Mapping[str, WorkerArg] = {arg.name: arg for arg in WORKER_ARGS}
@@ -185,7 +186,7 @@ def to_argv(values: Mapping[str, Any]) -> list[str]:
             continue
         elif arg.kind is bool:
             argv += [arg.flag] if value else []
-        elif arg.emit is Emit.ALWAYS or (value is not None and (arg.emit is Emit.GIVEN or value != arg.default)):
+        elif value is not None and (arg.emit in (Emit.ALWAYS, Emit.GIVEN) or value != arg.default):
             argv += [arg.flag, str(value)]
     return argv
 
@@ -211,7 +212,8 @@ def build_parser(prog: str = "python -m islab.worker", description: str | None =
         if arg.name in grouped:
             winner = grouped[arg.name]
             if winner not in made:
-                made[winner] = parser.add_mutually_exclusive_group(required=any(m.required for m in groups[winner]))
+                # not required by argparse: --resume alone trains to the run's original target (parse checks)
+                made[winner] = parser.add_mutually_exclusive_group()
             target = made[winner]
         if arg.positional:
             target.add_argument(arg.flag, nargs="*", metavar=arg.metavar, help=arg.help)
@@ -224,7 +226,7 @@ def build_parser(prog: str = "python -m islab.worker", description: str | None =
             if arg.metavar is not None:
                 options["metavar"] = arg.metavar
             if arg.name in grouped:
-                options["default"] = None  # the group is required: one of them is always given
+                options["default"] = None  # one of them is given, or --resume alone (checked in parse)
             elif arg.required:
                 options["required"] = True
             else:
@@ -236,6 +238,11 @@ def build_parser(prog: str = "python -m islab.worker", description: str | None =
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parse ``argv`` with ``parser`` (from :func:`build_parser`) and check each row's minimum."""
     args = parser.parse_args(None if argv is None else list(argv))
+    for members in _exclusive_groups().values():
+        unset = any(m.required for m in members) and all(getattr(args, m.name) is None for m in members)
+        if unset and getattr(args, "resume", None) is None:  # --resume alone: the run's original target
+            flags = " or ".join(m.flag for m in members)
+            parser.error(f"one of {flags} is required (--resume alone: the run's original target)")
     for arg in WORKER_ARGS:
         value = getattr(args, arg.name)
         if arg.minimum is not None and value is not None and value < arg.minimum:

@@ -19,7 +19,7 @@ top to bottom, is the whole story of a rank:
 Iterations count from the start of a run, across resumes (islab.worker.resume). ``--total-env-steps T``
 replaces ``--max-iterations`` with ``ceil(T / (world size × num_envs × rollout length))``
 iterations, computed here from the world size this job actually got (islab.spec.budget); with
-``--resume`` that is T more env steps.
+``--resume`` that is T more env steps (``--resume`` alone: the run's original target, islab.worker.resume).
 
 ``@record`` makes an exception's traceback reach torchrun's failure summary instead of being lost.
 This file uses absolute imports only, because skrl's JAX launcher runs it as a script.
@@ -192,6 +192,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             reported = last_reported_iteration(rundir.progress_path(run_dir))
             resumed["lost_iterations"] = None if reported is None else max(0, reported - start_iteration)
         lost = resumed.get("lost_iterations")
+        if ctx.is_main:  # stderr: rank 0's stderr reaches the console
+            print(f"islab-train: resuming at iteration {start_iteration}, training to {point.target_iteration}"
+                  + (" (already there: --max-iterations M with --resume trains M more)"
+                     if start_iteration >= point.target_iteration else ""), file=sys.stderr, flush=True)  # fmt: skip
         print(
             f"[islab] rank {ctx.rank} resumed ({point.reason}) from {point.source} at iteration {start_iteration}, "
             f"training to {point.target_iteration}; policy sha256 {digest[:12]} equals the checkpoint's"

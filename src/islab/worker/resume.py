@@ -1,7 +1,9 @@
 """Where a rank starts: fresh, from ``--resume``, after an elastic restart or a SLURM requeue.
 
-Iterations count from the start of a run, across resumes. ``--resume PATH --max-iterations M``
-continues a checkpoint at iteration N for M more iterations (to N+M). A restart of the same job --
+Iterations count from the start of a run, across resumes. One rule for every way a run continues:
+it finishes the run's original target (recorded in the checkpoint, ``spec.target_iteration``) unless
+a length is given with it -- ``--resume PATH`` alone trains to that target; ``--resume PATH
+--max-iterations M`` continues a checkpoint at iteration N for M more iterations (to N+M). A restart of the same job --
 an elastic restart (torchrun ``--max_restarts``; ``TORCHELASTIC_RESTART_COUNT`` > 0) or a requeued
 SLURM job (same ``SLURM_JOB_ID``, ``SLURM_RESTART_COUNT`` > 0, whose run directory is named after
 the job id) -- resumes from this run's own ``checkpoints/latest.pt`` when that job wrote one, and
@@ -71,7 +73,10 @@ def find_resume_point(
         checkpoint, source = load_checkpoint_for_rank(collective, args.resume)
         assert checkpoint is not None  # missing_ok=False raised instead
         check_compatible(checkpoint, run_identity, source)
-        return ResumePoint(checkpoint, source, int(checkpoint["iteration"]) + args.max_iterations, "resume")
+        if args.max_iterations is not None:  # given with --resume: that many more
+            return ResumePoint(checkpoint, source, int(checkpoint["iteration"]) + args.max_iterations, "resume")
+        original = checkpoint.get("spec", {}).get("target_iteration", checkpoint["iteration"])
+        return ResumePoint(checkpoint, source, int(original), "resume")
     return ResumePoint(None, None, args.max_iterations, "new")
 
 
