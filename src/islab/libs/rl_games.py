@@ -69,7 +69,7 @@ from rl_games.common.ivecenv import IVecEnv
 from rl_games.torch_runner import Runner
 
 from islab.budget import rollout_length
-from islab.envs.base import DirectRLEnv
+from islab.envs.base import DirectRLEnv, counted_step
 from islab.libs.base import LibraryAdapter, TrainResult, atomic_torch_save
 from islab.libs.fused_sync import all_reduce_float64, all_reduce_gradients_and, as_broadcast_float, use_fused_sync
 from islab.libs.rl_games_episodes import episode_stats, load_meters, put_back_sums
@@ -318,15 +318,19 @@ class EpisodeLogObserver(AlgoObserver):
     def process_infos(self, infos: dict, done_indices: torch.Tensor) -> None:
         if self.writer is None or not isinstance(infos, dict) or "log" not in infos:
             return
+        counted = counted_step(infos)  # our envs log every step; count the steps where episodes ended
         for key, value in infos["log"].items():
-            self.sums[key] = self.sums.get(key, 0.0) + value  # no float(): a step never waits for the GPU
-            self.counts[key] = self.counts.get(key, 0) + 1
+            # no float(): a step never waits for the GPU
+            self.sums[key] = self.sums.get(key, 0.0) + value * counted
+            self.counts[key] = self.counts.get(key, 0.0) + counted
 
     def after_print_stats(self, frame: int, epoch_num: int, total_time: float) -> None:
         if self.writer is None:
             return
         for key, total in self.sums.items():
-            self.writer.add_scalar(f"Episode/{key}", float(total) / self.counts[key], epoch_num)
+            steps = float(self.counts[key])
+            if steps > 0:
+                self.writer.add_scalar(f"Episode/{key}", float(total) / steps, epoch_num)
         self.sums.clear()
         self.counts.clear()
 
