@@ -24,6 +24,7 @@ from islab.envs import make_env
 from islab.envs.base import EPISODES_ENDED
 from islab.libs._skrl_common import pooled_moments, runner_config
 from islab.libs.base import state_digest
+from islab.tasks.cartpole.cartpole_env import CartpoleEnv, CartpoleEnvCfg
 
 pytestmark = pytest.mark.skipif(
     int(os.environ.get("WORLD_SIZE", "1")) > 1 or int(os.environ.get("JAX_WORLD_SIZE", "1")) > 1,
@@ -328,6 +329,41 @@ def test_jax_collectives_are_compiled_once() -> None:
     assert skrl_jax.Model.reduce_parameters is skrl_jax._reduce_parameters
     for name in grads:
         np.testing.assert_array_equal(np.asarray(reduced[name]), np.asarray(grads[name]))
+
+
+class _ReusedRewardCartpole(CartpoleEnv):
+    """Cartpole whose reward, like mjlab's, is one buffer the env overwrites at every step."""
+
+    def _get_rewards(self) -> torch.Tensor:
+        if not hasattr(self, "_reward_out"):
+            self._reward_out = torch.zeros(self.num_envs, device=self.device)
+        return self._reward_out.copy_(super()._get_rewards())
+
+
+@needs_jax
+def test_jax_wrapper_gets_copies_of_the_envs_reused_buffers() -> None:
+    """skrl-JAX's wrapper shares memory with what the env returns (DLPack); the env reuses its
+    done buffers (and mjlab its reward buffer). A step's JAX arrays must not change at the next."""
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import jax.numpy as jnp
+
+    from islab.libs.skrl_jax import wrap_for_jax
+
+    env = _ReusedRewardCartpole(CartpoleEnvCfg(num_envs=16, seed=0))
+    done_buffers = (env.reset_terminated, env.reset_time_outs, env.reset_buf)
+    wrapped = wrap_for_jax(env)
+    wrapped.reset()
+    env.episode_length_buf.copy_(torch.arange(16) * (env.max_episode_length // 16))  # dones at most steps
+    _, reward, terminated, truncated, _ = env.step(torch.zeros(16, 1))
+    for tensor in (reward, terminated, truncated):  # what the skrl wrapper receives: the env's own?
+        assert tensor.data_ptr() not in {buffer.data_ptr() for buffer in (*done_buffers, env._reward_out)}
+    steps = [wrapped.step(jnp.linspace(-1.0, 1.0, 16).reshape(16, 1)) for _ in range(30)]
+    kept = [[np.array(array) for array in step[1:4]] for step in steps]  # copies of each step's values
+    wrapped.step(jnp.zeros((16, 1)))
+    for step, values in zip(steps, kept, strict=True):
+        for array, value in zip(step[1:4], values, strict=True):
+            np.testing.assert_array_equal(np.asarray(array), value)
+    assert any(value.any() for values in kept for value in values[1:])  # some episodes did end
 
 
 @needs_jax
