@@ -21,7 +21,8 @@ What we fix, and why
   also fails on GPU here, because the worker has already joined the group before building us.
   ``RankAwareA2CAgent`` hides ``multi_gpu`` while ``super().__init__`` runs (doing by hand the two
   other things rl_games' branch does: no stats printing and no LR schedule on ranks != 0), then
-  restores the rank fields, so rl_games' own collectives run: parameter broadcast at start,
+  restores the rank fields, so rl_games' own collectives run: parameter broadcast at start (as
+  tensors on each rank's device, not pickled: ``islab.libs.broadcast_state``),
   averaged gradients, all-reduced KL, rank 0's learning rate broadcast, ``should_exit`` broadcast.
   ``torch.cuda.set_device`` (called at the start of ``train()``) is a no-op on CPU.
 * TensorBoard: with ``multi_gpu`` hidden every rank would think it is rank 0 and open a
@@ -71,6 +72,7 @@ from rl_games.torch_runner import Runner
 from islab.budget import rollout_length
 from islab.envs.base import DirectRLEnv, counted_step
 from islab.libs.base import LibraryAdapter, TrainResult, atomic_torch_save
+from islab.libs.broadcast_state import broadcast_state_dicts
 from islab.libs.fused_sync import all_reduce_float64, all_reduce_gradients_and, as_broadcast_float, use_fused_sync
 from islab.libs.rl_games_episodes import episode_stats, load_meters, put_back_sums
 from islab.libs.rl_games_normalizer import (
@@ -183,11 +185,14 @@ class RankAwareA2CAgent(A2CAgent):
             self.value_mean_std = self.model.value_mean_std
 
     def train(self) -> tuple[float, int]:
-        if self.ppo_device == "cpu":
-            # rl_games calls torch.cuda.set_device(local_rank) when multi_gpu; meaningless on CPU.
-            with patched(torch.cuda, "set_device", lambda device: None):
-                return super().train()
-        return super().train()
+        # rank 0's weights reach the other ranks as tensors on their own devices, not unpickled
+        # onto rank 0's GPU (islab.libs.broadcast_state)
+        with patched(a2c_common.dist, "broadcast_object_list", broadcast_state_dicts):
+            if self.ppo_device == "cpu":
+                # rl_games calls torch.cuda.set_device(local_rank) when multi_gpu; meaningless on CPU.
+                with patched(torch.cuda, "set_device", lambda device: None):
+                    return super().train()
+            return super().train()
 
     def init_tensors(self) -> None:
         super().init_tensors()  # train() calls it first: zero running sums, every env "done"
