@@ -323,7 +323,7 @@ def measure(lib: str, device: str = "cpu", iterations: int = 3, num_envs: int = 
         "per_iteration": {origin: count / per for origin, count in summary["by_origin"].items()},
         "per_iteration_by_kind": {kind: count / per for kind, count in summary["by_kind"].items()},
         "rollout_per_iteration": {origin: count / per for origin, count in summary["rollout_by_origin"].items()},
-        "islab_in_env_step": summary["islab_in_env_step"],
+        "islab_in_env_step": summary["islab_in_env_step"],  # all counted iterations together
         "where": summary["where"],
     }
 
@@ -347,7 +347,7 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
         )  # fmt: skip
         lines.append(
             f"| {result['lib']} | {result['env_steps_per_iteration']:g} "
-            f"| {ours_rollout:g} ({result['islab_in_env_step']}) / {ours_total:g} "
+            f"| {ours_rollout:g} ({result['islab_in_env_step'] / result['iterations_counted']:g}) / {ours_total:g} "
             f"| {theirs_rollout:g} / {theirs_total:g} | {kinds or '-'} |"
         )
     return "\n".join(lines)
