@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from islab.envs import make_env
+from islab.envs.base import EPISODES_ENDED
 from islab.tasks.cartpole.cartpole_env import CartpoleEnv, CartpoleEnvCfg
 
 TASK = "Islab-Cartpole-v0"
@@ -162,17 +163,20 @@ def _run_side_by_side(num_envs: int, steps: int, compile_step: bool) -> None:
         got = env.step(actions)
         if step == 0:  # the first step compiles; a failed compile falls back to eager, with a warning
             assert env.compiled == compile_step, "the compiled step fell back to eager: eager was compared with eager"
-        torch.testing.assert_close(got[0]["policy"], expected[0]["policy"], atol=1e-5, rtol=1e-5)
+        # float32 rounding of the fused kernel vs the op-by-op hooks grows over the steps (up to
+        # 1.6e-5 measured in 80 steps); a wrong reset or equation differs by 1e-2 or more
+        torch.testing.assert_close(got[0]["policy"], expected[0]["policy"], atol=5e-5, rtol=5e-5)
         torch.testing.assert_close(got[1], expected[1], atol=1e-5, rtol=1e-5)
         assert torch.equal(got[2], expected[2]) and torch.equal(got[3], expected[3])
         assert got[2].dtype == got[3].dtype == torch.bool
         assert set(got[4]) == set(expected[4])
         time_outs += int(expected[3].sum())
-        if "log" in expected[4]:
+        if int(expected[4][EPISODES_ENDED]) > 0:
             finished += 1
+            assert torch.equal(got[4][EPISODES_ENDED], expected[4][EPISODES_ENDED])
             for key in ("episode_return", "episode_length"):
                 torch.testing.assert_close(got[4]["log"][key], expected[4]["log"][key], atol=1e-4, rtol=1e-5)
-        torch.testing.assert_close(env.state, reference.state, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(env.state, reference.state, atol=5e-5, rtol=5e-5)
         assert torch.equal(env.episode_length_buf, reference.episode_length_buf)
         torch.testing.assert_close(env.episode_return_buf, reference.episode_return_buf, atol=1e-4, rtol=1e-5)
     assert finished > 0 and time_outs > 0  # the auto-reset path was exercised, truncation included

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from adapters import TASK, build_adapter
 
 from islab.envs import make_env
+from islab.envs.base import EPISODES_ENDED
 from islab.libs import load_adapter
 from islab.libs.rsl_rl import RslRlAdapter, RslRlVecEnv
 
@@ -80,3 +82,52 @@ def test_policy_state_includes_observation_normalizer(tmp_path: Path) -> None:
     state = adapter.policy_state()
     assert {"actor.obs_normalizer._mean", "actor.obs_normalizer._var", "actor.obs_normalizer.count"} <= set(state)
     assert int(state["actor.obs_normalizer.count"]) == 16 * 16  # one rollout's observations
+
+
+def _logger(num_envs: int) -> Any:
+    from rsl_rl.utils.logger import Logger
+
+    logger = Logger(None, {"algorithm": {}}, {}, num_envs, False, 1, 0, "cpu")
+    logger.writer = object()  # the logging rank (any writer: only checked for None per step)
+    return logger
+
+
+def test_deferred_logger_keeps_rsl_rls_statistics_without_per_step_reads() -> None:
+    """The same steps into rsl_rl's own Logger and into one with ``defer_host_reads``: after the
+    once-per-iteration flush both hold the same last returns and lengths, and the log's means over
+    the steps where episodes ended (what rsl_rl's stock logger averaged when envs logged only then)."""
+    from islab.libs.rsl_rl_deferred import DeferredEpisodeLog
+
+    stock, deferred_logger = _logger(8), _logger(8)
+    deferred = DeferredEpisodeLog(deferred_logger)
+    generator = torch.Generator().manual_seed(0)
+    for step in range(150):  # more than 100 episodes end: the windows wrap
+        rewards = torch.rand(8, generator=generator)
+        dones = (torch.rand(8, generator=generator) < 0.3).long()
+        ended = dones.sum()
+        log = {"episode_return": torch.rand((), generator=generator) * (ended > 0), "steps": step * (ended > 0)}
+        if int(ended) > 0:  # what an env that logs only when episodes end gives the stock logger
+            stock.process_env_step(rewards, dones, {"log": dict(log)})
+        else:
+            stock.process_env_step(rewards, dones, {})
+        deferred.process_env_step(rewards, dones, {"log": log, EPISODES_ENDED: ended})
+    deferred.flush()
+    assert sorted(deferred_logger.rewbuffer) == pytest.approx(sorted(stock.rewbuffer))
+    assert sorted(deferred_logger.lenbuffer) == sorted(stock.lenbuffer) and len(stock.lenbuffer) == 100
+    for key in ("episode_return", "steps"):
+        expected = torch.cat([torch.as_tensor(entry[key]).float().reshape(1) for entry in stock.ep_extras]).mean()
+        assert float(deferred_logger.ep_extras[-1][key]) == pytest.approx(float(expected), rel=1e-5)
+
+
+def test_deferred_nan_check_raises_at_the_iterations_end() -> None:
+    from islab.libs.rsl_rl_deferred import DeferredNanCheck
+
+    check = DeferredNanCheck()
+    obs = {"policy": torch.zeros(4, 2)}
+    check.observe(obs, torch.zeros(4), torch.zeros(4, dtype=torch.long))
+    check.check()  # nothing: no NaN
+    check.observe(obs, torch.tensor([0.0, float("nan"), 0.0, 0.0]), torch.zeros(4, dtype=torch.long))
+    check.observe(obs, torch.zeros(4), torch.zeros(4, dtype=torch.long))  # a NaN stays seen
+    with pytest.raises(ValueError, match="rewards returned by the environment contained NaN"):
+        check.check()
+    check.check()  # cleared after the check

@@ -131,6 +131,8 @@ def test_env_bridge_groups_spaces_and_episode_log(task_id: str, sizes: tuple[int
     import torch
 
     from islab.envs import make_env
+    from islab.envs.base import EPISODES_ENDED
+    from islab.host_syncs import HostSyncCounter
 
     env = make_env(task_id, 2, "cpu", seed=3)
     spaces = env.single_observation_space
@@ -145,6 +147,13 @@ def test_env_bridge_groups_spaces_and_episode_log(task_id: str, sizes: tuple[int
     assert bool((terminated | truncated).all()) and int(env.episode_length_buf.max()) == 0
     assert float(extras["log"]["episode_return"]) == pytest.approx(float(reward.mean()))
     assert float(extras["log"]["episode_length"]) == env.max_episode_length
+    assert int(extras[EPISODES_ENDED]) == 2
+    # our part of the step never waits for the device (mjlab's own reset finds its envs itself)
+    counter = HostSyncCounter()
+    with counter.python_level_host_reads(), counter:
+        env.episode_length_buf[:1] = env.max_episode_length - 1
+        env.step(torch.zeros(2, sizes[2]))
+    assert [event for event in counter.events if event.origin == "islab"] == []
     env.close()
 
 

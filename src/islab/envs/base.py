@@ -18,7 +18,15 @@ step loop:
 Speed. A step is a few dozen small element-wise tensor operations, so on a CPU its cost is
 mostly per-operation dispatch, not arithmetic: at 4096 envs one op costs a few microseconds
 whatever it computes. Tasks therefore write their hooks with few ops, in place, into buffers
-allocated once (``out=``, ``addcmul_``), and ``step`` skips the reset path when no env finished.
+allocated once (``out=``, ``addcmul_``).
+
+No host syncs. On a GPU, any op whose result the host must see (``.item()``, ``bool(t)``,
+``nonzero()``, indexing with a boolean mask) waits for every queued kernel; once per env step
+that serializes the rollout. ``step`` therefore never branches on data: the auto-reset is a masked
+update of every env (``_reset_done``: ``torch.where``, random numbers drawn for every env, kept
+where an env finished) and the episode statistics are masked means reported at every step with
+how many episodes they cover (``EPISODES_ENDED``). ``python -m islab.host_syncs`` counts what is
+left, in our code and in each library's (docs/benchmarks.md).
 
 A task may also offer a fused step (``_make_fast_step``): the same computation written as one
 pure element-wise function and handed to ``torch.compile``, which fuses it into one C++ (CPU) or
@@ -73,6 +81,19 @@ def compile_requested(cfg: DirectRLEnvCfg, environ: dict[str, str] | None = None
         return cfg.compile_step
     value = (os.environ if environ is None else environ).get(COMPILE_VARIABLE, "")
     return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+# The extras key with how many episodes ended in a step (a 0-d device tensor): consumers average
+# ``extras["log"]`` over the steps where it is > 0, which is Isaac Lab's "log only at a reset".
+EPISODES_ENDED = "episodes_ended"
+
+
+def counted_step(extras: dict[str, Any]) -> torch.Tensor:
+    """1.0 (a tensor, on the env's device) where a step's ``extras["log"]`` describes ended episodes,
+    else 0.0: what consumers weight the log's values by. Envs without ``EPISODES_ENDED`` log only
+    when episodes end (Isaac Lab's): their steps always count."""
+    ended = extras.get(EPISODES_ENDED)
+    return (ended > 0).float() if isinstance(ended, torch.Tensor) else torch.ones(())
 
 
 StepResult = tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]
@@ -168,15 +189,32 @@ class DirectRLEnv:
         self.reward_buf = reward
 
         self.extras = {}
-        # one nonzero(); when no env finished (most steps of a trained policy) nothing else runs
-        reset_env_ids = self.reset_buf.nonzero().squeeze(-1)
-        if reset_env_ids.numel() > 0:
-            self.extras["log"] = {
-                "episode_return": self.episode_return_buf[reset_env_ids].mean(),
-                "episode_length": self.episode_length_buf[reset_env_ids].float().mean(),
-            }
-            self._reset_idx(reset_env_ids)
+        # Sync-free episode bookkeeping: no nonzero() and no "did any env finish?" branch (each
+        # would make a GPU wait). The statistics are masked means, reported at every step with the
+        # number of episodes they cover (``EPISODES_ENDED``; 0: nothing ended, the values are 0).
+        self._report_ended_episodes(self.reset_buf)
+        self._reset_done(self.reset_buf)
         return self._get_observations(), self.reward_buf, self.reset_terminated, self.reset_time_outs, self.extras
+
+    def _report_ended_episodes(self, done: torch.Tensor) -> None:
+        """``extras["log"]`` episode_return / episode_length: the means over the envs that ``done``
+        ends (0 where none), and ``extras[EPISODES_ENDED]``, how many: device tensors, no read."""
+        ended = done.sum()
+        per_episode = 1.0 / torch.clamp(ended, min=1).to(self.episode_return_buf.dtype)
+        self.extras[EPISODES_ENDED] = ended
+        self.extras["log"] = {
+            "episode_return": torch.dot(self.episode_return_buf, done.to(self.episode_return_buf.dtype)) * per_episode,
+            "episode_length": (self.episode_length_buf * done).sum().to(per_episode.dtype) * per_episode,
+        }
+
+    def _reset_done(self, done: torch.Tensor) -> None:
+        """Reset the envs that ``done`` marks, inside ``step``. Tasks that can should override this
+        with masked tensor operations (``torch.where``; draw random numbers for every env), which
+        never wait for the device. This default serves tasks written against Isaac Lab's
+        ``_reset_idx(env_ids)``: it needs the ids on the host, one device read per step."""
+        reset_env_ids = done.nonzero().squeeze(-1)
+        if reset_env_ids.numel() > 0:
+            self._reset_idx(reset_env_ids)
 
     def _advance(self, action: torch.Tensor) -> torch.Tensor:
         """Everything in ``step`` before the auto-reset: actions, physics substeps, episode clock,
@@ -259,3 +297,9 @@ class DirectRLEnv:
         """Reset the given envs; tasks call ``super()._reset_idx(env_ids)`` first."""
         self.episode_length_buf.index_fill_(0, env_ids, 0)
         self.episode_return_buf.index_fill_(0, env_ids, 0.0)
+
+    def _reset_done_buffers(self, done: torch.Tensor) -> None:
+        """The base part of a masked reset (``_reset_done``): zero the finished envs' episode clock
+        and running return. Tasks' ``_reset_done`` call it first."""
+        self.episode_length_buf.masked_fill_(done, 0)
+        self.episode_return_buf.masked_fill_(done, 0.0)

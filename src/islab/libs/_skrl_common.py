@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from islab.envs.base import DirectRLEnv
+from islab.envs.base import DirectRLEnv, counted_step
 from islab.libs.base import LibraryAdapter, TrainResult
 from islab.spec.budget import rollout_length
 
@@ -54,6 +54,10 @@ if TYPE_CHECKING:
 # Agent-config keys whose value names a preprocessor class (skrl evaluates the string).
 PREPROCESSOR_KEYS = ("observation_preprocessor", "state_preprocessor", "value_preprocessor")
 FINAL_CHECKPOINT_STEM = "agent_final"
+WINDOW_ITERATIONS = 10  # EpisodeReturnMixin keeps this many iterations' steps
+# The trainer's ``environment_info`` key during our runs: no env sets it, so skrl's trainer skips its
+# per-step ``.item()`` logging; ``EpisodeReturnMixin`` logs the configured key batched instead.
+BATCHED_INFO = "islab_batched_environment_info"
 
 
 def rollouts(agent_cfg: dict[str, Any]) -> int:
@@ -75,6 +79,9 @@ def runner_config(agent_cfg: dict[str, Any], *, base_seed: int, run_dir: Path, s
     max_iterations = max(1, int(cfg["trainer"].get("timesteps", steps)) // steps)
     # The worker closes the env itself; skrl would register an atexit hook per trainer.
     cfg["trainer"]["close_environment_at_exit"] = False
+    # skrl's trainer would read the configured key with .item() per value per step on every rank:
+    # the agent logs it batched (EpisodeReturnMixin.info_key, set from info_key() at build)
+    cfg["trainer"]["environment_info"] = BATCHED_INFO
 
     experiment = cfg["agent"].setdefault("experiment", {})
     run_dir = Path(run_dir).resolve()
@@ -112,6 +119,11 @@ def quiet_skrl_logging(env_device: Any, stream: Any = None) -> None:
             handler.setFormatter(logging.Formatter("[%(name)s:%(levelname)s] %(message)s"))
     if torch.device(env_device).type == "cpu" and not any(isinstance(f, _DropFalseGpuWarning) for f in logger.filters):
         logger.addFilter(_DropFalseGpuWarning())
+
+
+def info_key(agent_cfg: dict[str, Any]) -> str:
+    """The ``extras`` key whose values the run logs (skrl's ``trainer.environment_info``)."""
+    return str(agent_cfg.get("trainer", {}).get("environment_info", "episode"))
 
 
 def wrap_isaaclab_env(wrap_env: Any, env: DirectRLEnv) -> Any:
@@ -163,39 +175,87 @@ def pooled_moments(rows: Any) -> tuple[Any, Any, Any]:
 
 
 class EpisodeReturnMixin:
-    """Mixed into skrl's PPO (torch or JAX) to keep the recent episode returns on every rank.
+    """Mixed into skrl's PPO (torch or JAX) to keep the recent episode returns on every rank, and
+    to log the env's episode statistics without a host sync per step.
 
     skrl tracks episode returns only where it writes TensorBoard (rank 0), so ranks > 0 would
-    know nothing. Our env reports the mean return of the episodes that finished in a step in
-    ``extras["log"]["episode_return"]``, which skrl passes to ``record_transition`` as ``infos``.
+    know nothing. Our env reports the mean return of the episodes that ended in a step in
+    ``extras["log"]["episode_return"]`` at every step, with how many ended in
+    ``extras[EPISODES_ENDED]`` (0: the values are 0 and do not count); skrl passes the extras
+    to ``record_transition`` as ``infos``.
+
+    skrl's trainer logs ``infos[trainer.environment_info]`` with ``.item()`` per value per step on
+    every rank. ``runner_config`` points the trainer at a key no env sets (``BATCHED_INFO``) and
+    this mixin keeps the configured key's values summed on the device instead, over the steps where
+    episodes ended (skrl's own averaging when the env logs only then), and hands their means to
+    ``track_data`` once per write (one device read).
     """
+
+    info_key = "log"  # the trainer's configured environment_info (runner_config's ``info_key``)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # one iteration's worth of steps; device tensors, read once per iteration (no per-step sync)
-        self.recent_episode_returns: deque[Any] = deque(maxlen=int(self.cfg.rollouts))
+        # (mean return, whether episodes ended) of recent steps, device tensors read once per
+        # iteration; the statistics cover the last ``rollouts`` steps where episodes ended, which
+        # lie within this window unless episodes end in fewer than 1 step in WINDOW_ITERATIONS
+        self.recent_episode_returns: deque[tuple[Any, Any]] = deque(maxlen=WINDOW_ITERATIONS * int(self.cfg.rollouts))
         self.timestep_offset = 0  # N * rollouts after a resume at iteration N
+        self._info_sums: dict[str, Any] = {}  # key -> (sum of values over counted steps, steps)
 
     def record_transition(self, *, infos: Any, **kwargs: Any) -> None:
-        log = infos.get("log") if isinstance(infos, dict) else None
-        if log and "episode_return" in log:
-            self.recent_episode_returns.append(log["episode_return"])
+        if isinstance(infos, dict):
+            counted = counted_step(infos)
+            log = infos.get("log")
+            if log and "episode_return" in log:
+                self.recent_episode_returns.append((log["episode_return"], counted))
+            if getattr(self, "write_interval", 0) > 0:
+                self._sum_environment_info(infos.get(self.info_key), counted)
         super().record_transition(infos=infos, **kwargs)
 
+    def _sum_environment_info(self, values: Any, counted: Any) -> None:
+        for key, value in (values or {}).items():
+            if isinstance(value, torch.Tensor) and value.numel() == 1:
+                total, steps = self._info_sums.get(key, (0.0, 0.0))
+                self._info_sums[key] = (total + value.reshape(()).float() * counted, steps + counted)
+
+    def write_tracking_data(self, *, timestep: int, timesteps: int) -> None:
+        if self._info_sums:
+            keys = list(self._info_sums)
+            sums = torch.stack([torch.stack([torch.as_tensor(v).float() for v in self._info_sums[k]]) for k in keys])
+            for key, (total, steps) in zip(keys, sums.tolist(), strict=True):  # one device read
+                if steps > 0:
+                    self.track_data(key if "/" in key else f"Info / {key}", total / steps)
+            self._info_sums.clear()
+        super().write_tracking_data(timestep=timestep, timesteps=timesteps)
+
+    def _returns_and_counts(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The window's values and, as 0/1, whether each is among the last ``rollouts`` counted."""
+        pairs = self.recent_episode_returns
+        values = torch.stack([torch.as_tensor(value).float().reshape(()) for value, _ in pairs])
+        counted = torch.stack([torch.as_tensor(flag).float().reshape(()) for _, flag in pairs])
+        from_the_end = counted.flip(0).cumsum(0).flip(0)  # counted steps from here to the newest
+        return values, counted * (from_the_end <= int(self.cfg.rollouts))
+
     def mean_episode_return(self) -> float | None:
-        returns = self.recent_episode_returns
-        if not returns:
+        """Mean of the per-step mean returns over the last ``rollouts`` steps where episodes ended
+        (one device read)."""
+        if not self.recent_episode_returns:
             return None
-        return float(torch.stack([torch.as_tensor(value).float() for value in returns]).mean())
+        values, counted = self._returns_and_counts()
+        total, steps = torch.stack([(values * counted).sum(), counted.sum()]).tolist()
+        return total / steps if steps else None
 
     def episode_window(self) -> torch.Tensor:
         """The recent per-step mean returns as one CPU tensor (the checkpoint's episode statistics)."""
-        returns = [torch.as_tensor(value).detach().float().cpu().reshape(()) for value in self.recent_episode_returns]
-        return torch.stack(returns) if returns else torch.zeros(0)
+        if not self.recent_episode_returns:
+            return torch.zeros(0)
+        values, counted = self._returns_and_counts()
+        return values.cpu()[counted.cpu() > 0]
 
     def load_episode_window(self, returns: torch.Tensor, device: torch.device | str) -> None:
         self.recent_episode_returns.clear()
-        self.recent_episode_returns.extend(returns.to(device).unbind(0))
+        one = torch.ones((), device=device)
+        self.recent_episode_returns.extend((value, one) for value in returns.to(device).unbind(0))
 
     def post_interaction(self, *, timestep: int, timesteps: int) -> None:
         offset = self.timestep_offset
@@ -220,6 +280,8 @@ class SkrlAdapter(LibraryAdapter):
         experiment = agent_cfg["agent"].get("experiment", {})
         self._auto_checkpoints = experiment.get("checkpoint_interval", "auto") == "auto"
         self.runner = self._build_runner()
+        if isinstance(self.agent, EpisodeReturnMixin):
+            self.agent.info_key = info_key(agent_cfg)
 
     @abstractmethod
     def _build_runner(self) -> Any:

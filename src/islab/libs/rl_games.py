@@ -21,7 +21,8 @@ What we fix, and why
   also fails on GPU here, because the worker has already joined the group before building us.
   ``RankAwareA2CAgent`` hides ``multi_gpu`` while ``super().__init__`` runs (doing by hand the two
   other things rl_games' branch does: no stats printing and no LR schedule on ranks != 0), then
-  restores the rank fields, so rl_games' own collectives run: parameter broadcast at start,
+  restores the rank fields, so rl_games' own collectives run: parameter broadcast at start (as
+  tensors on each rank's device, not pickled: ``islab.libs.broadcast_state``),
   averaged gradients, all-reduced KL, rank 0's learning rate broadcast, ``should_exit`` broadcast.
   ``torch.cuda.set_device`` (called at the start of ``train()``) is a no-op on CPU.
 * TensorBoard: with ``multi_gpu`` hidden every rank would think it is rank 0 and open a
@@ -69,8 +70,9 @@ from rl_games.common.algo_observer import AlgoObserver
 from rl_games.common.ivecenv import IVecEnv
 from rl_games.torch_runner import Runner
 
-from islab.envs.base import DirectRLEnv
+from islab.envs.base import DirectRLEnv, counted_step
 from islab.libs.base import LibraryAdapter, TrainResult, atomic_torch_save
+from islab.libs.broadcast_state import broadcast_state_dicts
 from islab.libs.fused_sync import all_reduce_float64, all_reduce_gradients_and, as_broadcast_float, use_fused_sync
 from islab.libs.rl_games_episodes import episode_stats, load_meters, put_back_sums
 from islab.libs.rl_games_normalizer import (
@@ -191,11 +193,14 @@ class RankAwareA2CAgent(A2CAgent):
         # Keep the restored one (or an earlier train()'s): env_reset, which train() calls right after
         # the reset, puts it back.
         self.best_to_keep = float(np.asarray(self.last_mean_rewards).reshape(-1)[0])
-        if self.ppo_device == "cpu":
-            # rl_games calls torch.cuda.set_device(local_rank) when multi_gpu; meaningless on CPU.
-            with patched(torch.cuda, "set_device", lambda device: None):
-                return super().train()
-        return super().train()
+        # rank 0's weights reach the other ranks as tensors on their own devices, not unpickled
+        # onto rank 0's GPU (islab.libs.broadcast_state)
+        with patched(a2c_common.dist, "broadcast_object_list", broadcast_state_dicts):
+            if self.ppo_device == "cpu":
+                # rl_games calls torch.cuda.set_device(local_rank) when multi_gpu; meaningless on CPU.
+                with patched(torch.cuda, "set_device", lambda device: None):
+                    return super().train()
+            return super().train()
 
     def env_reset(self) -> Any:
         obs = super().env_reset()
@@ -338,15 +343,19 @@ class EpisodeLogObserver(AlgoObserver):
     def process_infos(self, infos: dict, done_indices: torch.Tensor) -> None:
         if self.writer is None or not isinstance(infos, dict) or "log" not in infos:
             return
+        counted = counted_step(infos)  # our envs log every step; count the steps where episodes ended
         for key, value in infos["log"].items():
-            self.sums[key] = self.sums.get(key, 0.0) + value  # no float(): a step never waits for the GPU
-            self.counts[key] = self.counts.get(key, 0) + 1
+            # no float(): a step never waits for the GPU
+            self.sums[key] = self.sums.get(key, 0.0) + value * counted
+            self.counts[key] = self.counts.get(key, 0.0) + counted
 
     def after_print_stats(self, frame: int, epoch_num: int, total_time: float) -> None:
         if self.writer is None:
             return
         for key, total in self.sums.items():
-            self.writer.add_scalar(f"Episode/{key}", float(total) / self.counts[key], epoch_num)
+            steps = float(self.counts[key])
+            if steps > 0:
+                self.writer.add_scalar(f"Episode/{key}", float(total) / steps, epoch_num)
         self.sums.clear()
         self.counts.clear()
 

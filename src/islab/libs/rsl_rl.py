@@ -83,6 +83,7 @@ from islab.envs.base import DirectRLEnv
 from islab.libs.base import LibraryAdapter, TrainResult, atomic_torch_save
 from islab.libs.fused_sync import all_reduce_float64, all_reduce_gradients_and, as_broadcast_float, use_fused_sync
 from islab.libs.recent_returns import RecentReturns
+from islab.libs.rsl_rl_deferred import defer_host_reads
 from islab.spec.budget import rollout_length
 from islab.worker.context import RankContext, init_process_group
 
@@ -393,6 +394,7 @@ class RslRlAdapter(LibraryAdapter):
                 use_global_normalizers(self.runner.alg.actor)
                 use_global_normalizers(self.runner.alg.critic)
         self.num_steps_per_env = rollout_length(self.name, train_cfg)
+        defer_host_reads(self.runner, self.vec_env)  # rank 0's logger and the NaN check: once per iteration
         self._report_each_iteration()
 
     def _report_each_iteration(self) -> None:

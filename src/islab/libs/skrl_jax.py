@@ -12,7 +12,9 @@ What skrl expects, and what this module does about it:
   warns, so a cuda rank would train its learner on the CPU: a cuda rank whose
   ``jax.default_backend()`` is not ``gpu`` fails instead (``registry.JAX_CUDA_INSTALL``).
 * **Environment.** skrl's JAX ``wrap_env(env, wrapper="isaaclab")`` takes the torch env and
-  moves tensors through DLPack (through host memory when JAX runs on CPU).
+  moves tensors through DLPack (through host memory when JAX runs on CPU). DLPack shares memory,
+  and the env reuses its done buffers (mjlab its reward buffer too): the wrapper gets copies
+  (``hand_over_copies``).
 * **Missing import (skrl 2.1.1).** ``Model.broadcast_parameters`` uses
   ``jax.experimental.multihost_utils`` without importing it: AttributeError at the first
   distributed broadcast. We import it before skrl.
@@ -68,6 +70,7 @@ from skrl.models.jax.base import Model, _unvectorize_leaves, _vectorize_leaves
 from skrl.resources.preprocessors.jax import RunningStandardScaler
 from skrl.utils.runner.jax import Runner
 
+from islab.envs.base import DirectRLEnv
 from islab.libs._skrl_common import (
     EpisodeReturnMixin,
     SkrlAdapter,
@@ -362,6 +365,30 @@ def _as_trained(tree: Any, device: Any) -> Any:
     return jax.device_put(jax.tree.map(lambda x: jnp.asarray(x, dtype=jnp.result_type(x)), tree), device)
 
 
+def hand_over_copies(env: DirectRLEnv) -> None:
+    """Make ``env.step`` return copies of its rewards and dones, which the env may own and reuse.
+
+    Our env's ``terminated``/``truncated`` are views of one done buffer that every step overwrites
+    (``islab.envs.base``), and mjlab's reward is its reward manager's buffer. skrl-JAX's wrapper
+    turns them into JAX arrays through DLPack, which on a CPU (and on a GPU, for JAX on the same
+    device) shares the memory instead of copying: the "immutable" arrays in skrl's memory and in
+    JAX's asynchronously dispatched computations would change under them at the next step. A copy
+    per step (three [N] tensors) makes them JAX's own."""
+    step = env.step
+
+    def step_with_copies(action: torch.Tensor) -> Any:
+        obs, reward, terminated, truncated, extras = step(action)
+        return obs, reward.clone(), terminated.clone(), truncated.clone(), extras
+
+    env.step = step_with_copies  # type: ignore[method-assign]
+
+
+def wrap_for_jax(env: DirectRLEnv) -> Any:
+    """skrl's JAX Isaac Lab wrapper around ``env``, fed copies of the env's reused buffers."""
+    hand_over_copies(env)
+    return wrap_isaaclab_env(wrap_env, env)
+
+
 class SkrlJaxAdapter(SkrlAdapter):
     name = "skrl"
     checkpoint_suffix = ".pickle"
@@ -382,7 +409,7 @@ class SkrlJaxAdapter(SkrlAdapter):
         cfg = runner_config(
             self.agent_cfg, base_seed=ctx.base_seed, run_dir=self.run_dir, scaler_class=SyncedRunningStandardScaler
         )
-        runner = IslabRunner(wrap_isaaclab_env(wrap_env, self.env), cfg)
+        runner = IslabRunner(wrap_for_jax(self.env), cfg)
         self.fused_sync = use_fused_sync(ctx.distributed) and isinstance(runner.agent, TrackedPPO)
         runner.agent.fused_sync = self.fused_sync
         return runner

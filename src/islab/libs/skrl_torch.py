@@ -11,7 +11,8 @@ What skrl expects, and what this module does about it:
   NCCL on GPU); a second init raises, and NCCL/CUDA do not exist on a CPU rank. So, only while
   ``import skrl`` runs and only when a group exists, both calls are no-ops (``_skrl_imported``).
   skrl's own distributed code (parameter broadcast, gradient and KL all-reduce) then runs on the
-  worker's group unchanged.
+  worker's group; its parameter broadcast sends tensors on each rank's device instead of a pickled
+  state dict, which other ranks unpickled onto rank 0's GPU (``_broadcast_parameters``).
 * **Device and ranks.** skrl's default device is ``cuda:LOCAL_RANK`` even on a CPU rank; we set
   ``skrl.config.torch`` from the RankContext.
 * **Seed.** The Runner calls ``skrl.utils.set_seed(cfg["seed"])``, which adds the rank itself:
@@ -74,8 +75,22 @@ with _skrl_imported():
 import skrl.agents.torch.ppo.ppo as skrl_ppo_module  # noqa: E402 -- only after the guarded import above
 from skrl.agents.torch.ppo import PPO  # noqa: E402
 from skrl.envs.wrappers.torch import wrap_env  # noqa: E402
+from skrl.models.torch import Model  # noqa: E402
 from skrl.resources.preprocessors.torch import RunningStandardScaler  # noqa: E402
 from skrl.utils.runner.torch import Runner  # noqa: E402
+
+from islab.libs.broadcast_state import broadcast_state_dicts  # noqa: E402
+
+
+def _broadcast_parameters(self: Model, *, rank: int = 0) -> None:
+    """skrl's ``Model.broadcast_parameters`` with the state dict's tensors broadcast in place, on
+    this rank's device, instead of pickled onto rank 0's (islab.libs.broadcast_state)."""
+    object_list = [self.state_dict()]
+    broadcast_state_dicts(object_list, rank)
+    self.load_state_dict(object_list[0])
+
+
+Model.broadcast_parameters = _broadcast_parameters
 
 
 def _world_size() -> int:

@@ -26,7 +26,7 @@ from typing import ClassVar
 
 import torch
 
-from islab.envs.base import DirectRLEnv, DirectRLEnvCfg, StepResult
+from islab.envs.base import EPISODES_ENDED, DirectRLEnv, DirectRLEnvCfg, StepResult
 
 
 @dataclass
@@ -174,8 +174,8 @@ class CartpoleEnv(DirectRLEnv):
 
     def _make_fast_step(self) -> Callable[[torch.Tensor], StepResult]:
         """``step`` as one compiled kernel (``fused_advance``) plus the data-dependent rest of the
-        reset: draw the new pole angles (same generator, same count, same env order as
-        ``_reset_idx``) and scatter them into the state and the observation."""
+        reset: draw the new pole angles (same generator, same draws as ``_reset_done``) and put
+        them into the state and the observation where an env finished."""
         kernel = torch.compile(
             functools.partial(
                 fused_advance,
@@ -202,14 +202,15 @@ class CartpoleEnv(DirectRLEnv):
                 )
             self.common_step_counter += 1
             self.reward_buf = reward
-            self.extras = {}
-            finished = int(stats[0].item())
-            if finished:
-                self.extras["log"] = {"episode_return": stats[1], "episode_length": stats[2]}
-                angles = torch.empty(finished, device=self.device)
-                angles.uniform_(low * math.pi, high * math.pi, generator=self.generator)
-                self.pole_pos.masked_scatter_(self.reset_buf, angles)
-                obs[:, 0].copy_(self.pole_pos)  # equal elsewhere already; a copy beats a 2nd scatter
+            self.extras = {
+                "log": {"episode_return": stats[1], "episode_length": stats[2]},
+                EPISODES_ENDED: stats[0].to(torch.long),
+            }
+            # the new pole angles, as _reset_done draws them: one per env, kept where an env finished
+            angles = torch.empty(self.num_envs, device=self.device)
+            angles.uniform_(low * math.pi, high * math.pi, generator=self.generator)
+            self.pole_pos.copy_(torch.where(self.reset_buf, angles, self.pole_pos))
+            obs[:, 0].copy_(self.pole_pos)  # equal elsewhere already; a copy beats a 2nd where
             return {"policy": obs}, reward, self.reset_terminated, self.reset_time_outs, self.extras
 
         return fast_step
@@ -251,3 +252,13 @@ class CartpoleEnv(DirectRLEnv):
         angles.uniform_(low * math.pi, high * math.pi, generator=self.generator)
         self._state.index_fill_(1, env_ids, 0.0)
         self._state[2].index_copy_(0, env_ids, angles)
+
+    def _reset_done(self, done: torch.Tensor) -> None:
+        """The auto-reset of ``step`` without a host sync: every env draws a pole angle (one op),
+        the envs that finished take theirs and a zero state; the others keep theirs."""
+        self._reset_done_buffers(done)
+        low, high = self.cfg.initial_pole_angle_range
+        angles = torch.empty(self.num_envs, device=self.device)
+        angles.uniform_(low * math.pi, high * math.pi, generator=self.generator)
+        self._state.masked_fill_(done, 0.0)
+        self.pole_pos.copy_(torch.where(done, angles, self.pole_pos))

@@ -11,8 +11,9 @@ mjlab's ``ManagerBasedRlEnv`` already steps like Isaac Lab's: batched tensors on
   groups through ``obs_groups``; rl_games trains on "policy" only.
 * Spaces are mjlab's own types; ours are gymnasium ``Box`` spaces (a ``Dict`` of groups).
 * ``extras["log"]`` holds mjlab's per-term episode sums; we add ``episode_return`` and
-  ``episode_length`` of the episodes that ended in this step, as our own envs report them (the
-  adapters' mean return and skrl's logging read them).
+  ``episode_length`` of the episodes that ended in this step (0 where none) and
+  ``extras["episodes_ended"]``, as our own envs report them (the adapters' mean return and skrl's
+  logging read them).
 * Build: our config (``MjlabTaskCfg``: the mjlab task id, ``num_envs``, ``seed``) ->
   ``load_env_cfg(task)``, ``cfg.scene.num_envs``, ``cfg.seed`` = the rank's seed (mjlab seeds
   Python, numpy, torch and Warp with it), ``ManagerBasedRlEnv(cfg, device)``. The observation and
@@ -33,6 +34,8 @@ from typing import Any
 import gymnasium
 import numpy as np
 import torch
+
+from islab.envs.base import EPISODES_ENDED
 
 os.environ.setdefault("MJLAB_WARP_QUIET", "1")  # before mjlab configures Warp at import
 
@@ -150,12 +153,17 @@ class MjlabEnv:
         length_before = self.env.episode_length_buf + 1  # the auto-reset zeroes it for finished envs
         obs, reward, terminated, truncated, extras = self.env.step(action.to(self.device))
         self._episode_return += reward
+        # masked means, no done.any() or boolean indexing: a step of ours never waits for the
+        # device (islab.envs.base); 0 where no episode ended, with EPISODES_ENDED saying how many
         done = terminated | truncated
-        if done.any():
-            log = extras.setdefault("log", {})
-            log["episode_return"] = self._episode_return[done].mean()
-            log["episode_length"] = length_before[done].float().mean()
-            self._episode_return[done] = 0.0
+        as_float = done.to(self._episode_return.dtype)
+        ended = done.sum()
+        per_episode = 1.0 / torch.clamp(ended, min=1).to(as_float.dtype)
+        log = extras.setdefault("log", {})
+        log["episode_return"] = torch.dot(self._episode_return, as_float) * per_episode
+        log["episode_length"] = torch.dot(length_before.to(as_float.dtype), as_float) * per_episode
+        extras[EPISODES_ENDED] = ended
+        self._episode_return.masked_fill_(done, 0.0)
         self.extras = extras
         return self._obs(obs), reward, terminated, truncated, extras
 

@@ -261,6 +261,35 @@ class QuadcopterEnv(DirectRLEnv):
         self.desired_pos_w.index_copy_(0, env_ids, torch.addcmul(self._goal_low, goals, self._goal_span))
         self.root_state.index_copy_(0, env_ids, self._default_root_state.expand(k, 13))
 
+    def _reset_done(self, done: torch.Tensor) -> None:
+        """``_reset_idx`` for the envs ``done`` marks, as masked tensor operations (no host sync):
+        the same log keys (means over the finished envs, 0 where none), random numbers drawn for
+        every env and kept where an env finished."""
+        column = done.unsqueeze(1)
+        as_float = done.to(self.episode_sums.dtype)
+        per_episode = 1.0 / torch.clamp(as_float.sum(), min=1.0)
+        sums = torch.mv(self.episode_sums, as_float) * (per_episode / self.max_episode_length_s)
+        log = {f"Episode_Reward/{term}": sums[i] for i, term in enumerate(REWARD_TERMS)}
+        log["Episode_Termination/died"] = (self.reset_terminated & done).sum()
+        log["Episode_Termination/time_out"] = (self.reset_time_outs & done).sum()
+        distance = self.distance_to_goal()
+        self.final_distance_to_goal.copy_(torch.where(done, distance, self.final_distance_to_goal))
+        log["Metrics/final_distance_to_goal"] = torch.dot(distance, as_float) * per_episode
+        self.extras.setdefault("log", {}).update(log)
+        self.episode_sums.masked_fill_(done, 0.0)
+
+        self._reset_done_buffers(done)
+        # Isaac Lab spreads the episode clocks when every env resets at once (_reset_idx)
+        spread = torch.randint(
+            0, self.max_episode_length, (self.num_envs,), generator=self.generator, device=self.device
+        )
+        self.episode_length_buf.copy_(torch.where(done.all(), spread, self.episode_length_buf))
+        self.actions.masked_fill_(column, 0.0)
+        goals = torch.rand(self.num_envs, 3, generator=self.generator, device=self.device)
+        new_goals = torch.addcmul(self._goal_low, goals, self._goal_span)
+        self.desired_pos_w.copy_(torch.where(column, new_goals, self.desired_pos_w))
+        self.root_state.copy_(torch.where(column, self._default_root_state, self.root_state))
+
 
 def median_final_distance(env: QuadcopterEnv, policy: Callable[[torch.Tensor], torch.Tensor], seed: int = 123) -> float:
     """Evaluate a policy: the median over envs of the distance to the goal when each env's first
