@@ -4,6 +4,8 @@
 skrl, a multi-node static rendezvous needs node 0's address, ...). A failed rule is a
 :class:`~islab.spec.issues.SpecError` with one-line, human messages of the form
 ``error: <field>: <what is wrong>. <how to fix it>.`` -- never a pydantic dump or a traceback.
+Its building blocks (value types, defaults, the ``Rendezvous`` sub-model, the worker options' fields)
+are in :mod:`islab.spec.fields`.
 
 This module reads no files and knows nothing of where values came from: merging the command
 line, SLURM, ``ISLAB_*`` variables, a cluster file and the defaults, and the rules that need
