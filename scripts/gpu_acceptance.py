@@ -167,6 +167,29 @@ def json_figures(*keys: str) -> Callable[[str], dict[str, object]]:
     return read
 
 
+def host_sync_figures(output: str) -> dict[str, object]:
+    """``python -m islab.worker.host_syncs --json``: per library, our rollout's host syncs per
+    iteration (must be 0) and the libraries' total; under CUDA they come from set_sync_debug_mode too."""
+    lines = [line for line in output.splitlines() if line.startswith("[")]
+    try:
+        results = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        results = None
+    if not isinstance(results, list):
+        return {"problem": "no JSON list in the output"}
+    figures: dict[str, object] = {}
+    ours_in_rollout = []
+    for result in results:
+        ours = result["rollout_per_iteration"].get("islab", 0.0)
+        theirs = sum(count for origin, count in result["per_iteration"].items() if origin != "islab")
+        figures[result["lib"]] = f"islab rollout {ours:g}, libraries {theirs:g} per iteration"
+        if ours:
+            ours_in_rollout.append(result["lib"])
+    if ours_in_rollout:
+        figures["problem"] = f"islab code syncs the host in the rollout of {', '.join(ours_in_rollout)}"
+    return figures
+
+
 def plan_steps(args: argparse.Namespace, gpus: int, has_collectives: bool) -> list[Step]:
     """Every step, in order; pure (no command runs here)."""
     islab = [args.python, "-m", "islab.cli"]
@@ -196,8 +219,9 @@ def plan_steps(args: argparse.Namespace, gpus: int, has_collectives: bool) -> li
             play = [*islab, "play", run, "--device", device, "--episodes", "32", "--json"]
             steps.append(Step("policy", f"play on {device}", play, played))
         steps.append(Step("policy", "export", [*islab, "export", run]))
-    syncs = [args.python, "-m", "islab.envs.host_syncs", "--device", args.device, "--json"]
-    steps.append(Step("host syncs", "per env step", syncs, json_figures("islab_per_step", "per_iteration")))
+    syncs = [args.python, "-m", "islab.worker.host_syncs", "--device", args.device, "--json"]
+    syncs += [item for lib in args.libs for item in ("--lib", lib)]
+    steps.append(Step("host syncs", "per iteration", syncs, host_sync_figures))
     if not args.skip_bench:
         bench_out = work / "bench"
         bench = [args.python, str(REPO / "scripts" / "bench.py"), "--device", args.device,

@@ -182,9 +182,10 @@ def test_cheap_subset_and_launch_messages():
         socket_env={"GLOO_SOCKET_IFNAME": "eth9"}, nvidia_smi=None, disk_path="/", disk_free=100 * doctor.GIB,
         rendezvous=rdzv(addresses=("8.8.8.8",)),
     )  # fmt: skip
-    checks = doctor.run_checks(facts, doctor.CHEAP)
+    checks = doctor.run_checks(facts, before_launch=True)
+    cheap = [check.name for check in doctor.CHECKS if check.before_launch]
     assert [check.name for check in checks] == [name for name in [c.name for c in doctor.run_checks(facts)]
-                                                 if name in doctor.CHEAP]  # fmt: skip
+                                                 if name in cheap]  # fmt: skip
     errors, warnings = doctor_report.launch_messages(checks)
     assert len(errors) == 1 and errors[0].startswith("error: socket interfaces: GLOO_SOCKET_IFNAME=eth9")
     assert len(warnings) == 1 and "public address" in warnings[0]

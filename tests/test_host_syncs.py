@@ -2,7 +2,7 @@
 
 On a GPU every ``.item()``, ``bool(t)``, ``nonzero()``, boolean-mask index or device-to-host copy
 makes the CPU wait for the device; once per env step that serializes the rollout.
-``islab.host_syncs.HostSyncCounter`` (a ``TorchDispatchMode``) records them on CPU too, with
+``islab.worker.host_syncs.HostSyncCounter`` (a ``TorchDispatchMode``) records them on CPU too, with
 whose code made each one. Here: the envs' own steps make none, and real training of each library
 makes none in our code during the rollout, and none of those we removed on the library side
 (rsl_rl's rank-0 logger, skrl's per-step ``environment_info`` logging) come back.
@@ -15,7 +15,7 @@ import torch
 
 from islab.envs import make_env
 from islab.envs.base import EPISODES_ENDED
-from islab.host_syncs import HostSyncCounter, measure
+from islab.worker.host_syncs import HostSyncCounter, measure
 
 
 def test_the_counter_sees_each_kind_of_sync_and_whose_code_made_it() -> None:

@@ -132,7 +132,7 @@ def test_env_bridge_groups_spaces_and_episode_log(task_id: str, sizes: tuple[int
 
     from islab.envs import make_env
     from islab.envs.base import EPISODES_ENDED
-    from islab.host_syncs import HostSyncCounter
+    from islab.worker.host_syncs import HostSyncCounter
 
     env = make_env(task_id, 2, "cpu", seed=3)
     spaces = env.single_observation_space

@@ -184,9 +184,9 @@ def test_last_exception_line_of_plain_chained_and_prefixed_tracebacks():
     assert failures.last_exception_line(["no traceback here"]) is None
 
 
-def test_failure_message_names_rank_node_log_and_how_it_ended():
+def test_failure_message_names_rank_node_log_and_how_it_ended(tmp_path):
     summary = ["Root Cause (first observed failure):", "[0]:", "  rank      : 1 (local_rank: 1)", "  exitcode  : -9"]
-    failures = torchrun_node.torchrun_failures(summary)
+    failures = [(rank, code) for rank, code, _ in torchrun_node.find_failures(None, summary, str(tmp_path), 0)]
     assert failures == [(1, -9)]
     killed = torchrun_node.failure_message(1, failures, "run", 0, None)
     assert killed.startswith(

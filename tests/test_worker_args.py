@@ -174,7 +174,7 @@ def test_a_rows_own_spec_field_has_the_rows_kind(kind, default, value):
     """A row with ``cli`` becomes a spec field of its kind: a switch takes true/false, not text."""
     from pydantic import ValidationError, create_model
 
-    from islab.spec.run_spec import _worker_option_field
+    from islab.spec.fields import _worker_option_field
     from islab.spec.worker_args import Cli, WorkerArg
 
     row = WorkerArg("--x", "x", kind, default=default, field="x", cli=Cli("x"))

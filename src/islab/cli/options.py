@@ -28,7 +28,7 @@ from islab.plan.plan import (
     MIN_DEFAULT_HANG_TIMEOUT_S,
     default_hang_timeout,
 )
-from islab.spec.run_spec import (
+from islab.spec.fields import (
     CHOICES,
     DEFAULT_C10D_ID,
     DEFAULT_MULTINODE_MASTER_PORT,
@@ -36,6 +36,8 @@ from islab.spec.run_spec import (
     TORCHRUN_C10D_JOIN_TIMEOUT_S,
     TORCHRUN_STATIC_RDZV_TIMEOUT_S,
     Rendezvous,
+)
+from islab.spec.run_spec import (
     RunSpec,
 )
 from islab.spec.worker_args import spec_options

@@ -321,8 +321,6 @@ CHECKS: tuple[CheckDef, ...] = (
     CheckDef("JAX backend", lambda facts: check_jax_backend(facts.spec, facts.runtime)),
     CheckDef("disk space", lambda facts: check_disk(facts.disk_path, facts.disk_free), before_launch=True),
 )
-# The names of the checks a real launch runs first.
-CHEAP = tuple(check.name for check in CHECKS if check.before_launch)
 
 
 def run_checks(facts: Facts, names: Iterable[str] | None = None, *, before_launch: bool = False) -> list[Check]:

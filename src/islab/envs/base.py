@@ -25,7 +25,7 @@ No host syncs. On a GPU, any op whose result the host must see (``.item()``, ``b
 that serializes the rollout. ``step`` therefore never branches on data: the auto-reset is a masked
 update of every env (``_reset_done``: ``torch.where``, random numbers drawn for every env, kept
 where an env finished) and the episode statistics are masked means reported at every step with
-how many episodes they cover (``EPISODES_ENDED``). ``python -m islab.host_syncs`` counts what is
+how many episodes they cover (``EPISODES_ENDED``). ``python -m islab.worker.host_syncs`` counts what is
 left, in our code and in each library's (docs/benchmarks.md).
 
 A task may also offer a fused step (``_make_fast_step``): the same computation written as one

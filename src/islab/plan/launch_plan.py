@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from islab.spec.budget import Budget
-from islab.spec.run_spec import TORCHRUN_STATIC_RDZV_TIMEOUT_S
+from islab.spec.fields import TORCHRUN_STATIC_RDZV_TIMEOUT_S
 
 Launcher = Literal["torchrun", "skrl-jax"]
 

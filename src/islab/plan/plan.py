@@ -33,15 +33,15 @@ from islab.resolve.pipeline import ResolvedSpec
 from islab.spec.addresses import join_host_port, split_host_port
 from islab.spec.agent_config import load_agent_config
 from islab.spec.budget import Budget
-from islab.spec.launch_rules import shared_fields
-from islab.spec.run_spec import (
+from islab.spec.fields import (
     DEFAULT_C10D_ID,
     DEFAULT_MULTINODE_MASTER_PORT,
     JAX_INIT_TIMEOUT_S,
     TORCHRUN_C10D_JOIN_TIMEOUT_S,
     TORCHRUN_STATIC_RDZV_TIMEOUT_S,
-    RunSpec,
 )
+from islab.spec.launch_rules import shared_fields
+from islab.spec.run_spec import RunSpec
 from islab.spec.worker_args import to_argv, values_from
 
 LOCALHOST = "127.0.0.1"

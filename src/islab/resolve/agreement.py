@@ -19,9 +19,10 @@ from islab.libs.registry import launcher_of
 from islab.resolve.layers import RIVALS, Layer, Merged, Source
 from islab.resolve.messages import label_of
 from islab.resolve.sources import file_name_of
+from islab.spec.fields import DEFAULT_TASK, Rendezvous, parse_node_range
 from islab.spec.issues import Issue
 from islab.spec.launch_rules import shared_fields
-from islab.spec.run_spec import DEFAULT_TASK, Rendezvous, RunSpec, parse_node_range
+from islab.spec.run_spec import RunSpec
 
 
 def node_agreement_issue(

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from islab.spec.fields import CHOICES, Rendezvous
 from islab.spec.issues import Issue, suggest
-from islab.spec.run_spec import CHOICES, INPUT_FIELDS, Rendezvous
+from islab.spec.run_spec import INPUT_FIELDS
 from islab.spec.worker_args import default_of
 
 _FIELD_FIX = {

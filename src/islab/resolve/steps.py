@@ -29,8 +29,9 @@ from islab.resolve.layers import Merged, unflatten
 from islab.resolve.messages import issue_from_pydantic, label_of
 from islab.resolve.presets import apply_isaaclab, apply_mjlab, refuse_worker_only
 from islab.resolve.resumed import frozen_field_issue
+from islab.spec.fields import DEFAULT_TASK
 from islab.spec.issues import Issue, SpecError
-from islab.spec.run_spec import DEFAULT_TASK, RunSpec
+from islab.spec.run_spec import RunSpec
 
 
 def apply_presets(merged: Merged, edge: Edge) -> Merged:

@@ -7,7 +7,7 @@ named by ``TORCHELASTIC_ERROR_FILE``, which torchrun sets per rank to
 (``torch.distributed.elastic.multiprocessing.api.DefaultLogsSpecs.reify``). Those files name the
 failed ranks and their exception (:func:`error_file_failures`). A rank killed by a signal writes
 none, so torchrun's console failure summary (``rank : 1 (local_rank: 1)`` / ``exitcode : -9``) is
-read as the fallback (:func:`torchrun_failures`), then tracebacks in the rank logs.
+read as the fallback (:func:`find_failures`), then tracebacks in the rank logs.
 """
 
 from __future__ import annotations
@@ -82,15 +82,6 @@ def error_file_failures(log_dir: str | Path) -> list[tuple[int, str]]:
     return [(local_rank, text) for _, local_rank, text in found]
 
 
-def torchrun_failures(lines: Iterable[str]) -> list[tuple[int, int]]:
-    """(global rank, exit code) from torchrun's console failure summary: the root cause first, then
-    other ranks that failed on their own. Ranks torchrun itself stopped (exit code < 0, e.g. SIGTERM
-    after a peer failed) are collateral and only reported when nothing else is."""
-    entries = _summary(lines)
-    chosen = [entry for entry in entries if not entry.stopped] or entries
-    return [(entry.rank, entry.code) for entry in chosen]
-
-
 class _Ended(NamedTuple):
     """One rank in torchrun's failure summary."""
 
@@ -98,7 +89,6 @@ class _Ended(NamedTuple):
     local_rank: int
     code: int
     root: bool  # torchrun's "Root Cause (first observed failure)"
-    stopped: bool  # ended by a signal outside the root cause: most likely torchrun stopping it
 
 
 def _summary(lines: Iterable[str]) -> list[_Ended]:
@@ -116,7 +106,7 @@ def _summary(lines: Iterable[str]) -> list[_Ended]:
         exit_match = _EXITCODE.match(line)
         if exit_match and pending is not None:
             code = int(exit_match.group(1))
-            entries.append(_Ended(*pending, code, in_root_cause, not in_root_cause and code < 0))
+            entries.append(_Ended(*pending, code, in_root_cause))
             pending = None
     entries.sort(key=lambda entry: not entry.root)
     seen: dict[int, _Ended] = {}

@@ -20,7 +20,7 @@ counts the warnings CUDA itself raises (the ground truth). A dispatch mode sees 
 
 Entry point (the GPU acceptance script runs it with ``--device cuda``)::
 
-    python -m islab.host_syncs --device cpu --iterations 3   # every library, a markdown table
+    python -m islab.worker.host_syncs --device cpu --iterations 3   # every library, a markdown table
 
 ``measure(lib, ...)`` trains the real library adapter on Islab-Cartpole-v0 in this process (one rank)
 and returns counts per iteration, after the first (which includes start-up).
@@ -354,7 +354,7 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m islab.host_syncs", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m islab.worker.host_syncs", description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N] (cuda adds set_sync_debug_mode)")
     parser.add_argument("--lib", action="append", choices=LIBRARIES, help="repeatable; default: all")
     parser.add_argument("--iterations", type=int, default=3)
@@ -367,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     else:  # one process per library: their imports have process-wide side effects
         results = []
         for lib in libs:
-            command = [sys.executable, "-m", "islab.host_syncs", "--lib", lib, "--json", "--device", args.device]
+            command = [sys.executable, "-m", "islab.worker.host_syncs", "--lib", lib, "--json", "--device", args.device]
             command += ["--iterations", str(args.iterations), "--num-envs", str(args.num_envs)]
             finished = subprocess.run(command, capture_output=True, text=True, check=False)
             if finished.returncode != 0:

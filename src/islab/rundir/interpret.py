@@ -1,0 +1,72 @@
+"""What a path a user gives means: ``--resume RUN_DIR | FILE`` and play/export's
+``--checkpoint latest | best | PATH`` (torch-free). The one place these are decided: the resolver,
+the planner, the worker and ``play``/``export`` all ask here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from islab.rundir.layout import (
+    CHECKPOINTS_DIR,
+    LATEST_CHECKPOINT,
+    LAUNCH_FILE,
+    history_checkpoints,
+    latest_checkpoint,
+    progress_path,
+)
+from islab.rundir.progress import read_progress
+
+RESUME_FORMS = f"a checkpoint file nor a run directory with {CHECKPOINTS_DIR}/{LATEST_CHECKPOINT}"  # for messages
+
+
+def resume_source(path: str | Path) -> Path:
+    """``--resume`` takes a run directory (its ``checkpoints/latest.pt``) or a checkpoint file."""
+    path = Path(path)
+    return latest_checkpoint(path) if path.is_dir() else path
+
+
+def continued_run_dir(resume: str | None) -> str | None:
+    """The run directory a ``--resume`` continues in: the one given (a new one for a file)."""
+    return resume if resume is not None and Path(resume).is_dir() else None
+
+
+def run_dir_of(resume: str) -> Path | None:
+    """The run directory behind a ``--resume`` value: the directory itself, or the run holding a
+    ``checkpoints/<file>.pt``; None when there is no launch record to continue from."""
+    path = Path(resume)
+    for candidate in (path, path.parent.parent):
+        if (candidate / LAUNCH_FILE).is_file():
+            return candidate
+    return None
+
+
+def recorded_returns(run_dir: str | Path) -> dict[int, float]:
+    """Mean return per iteration from ``progress.jsonl``; a repeated iteration (after an elastic
+    restart redid it) keeps its last record, which is the one whose policy the checkpoint holds."""
+    returns: dict[int, float] = {}
+    for record in read_progress(progress_path(run_dir)):
+        if record.get("mean_return") is not None and record.get("iteration") is not None:
+            returns[int(record["iteration"])] = float(record["mean_return"])
+    return returns
+
+
+def best_checkpoint(run_dir: str | Path) -> tuple[Path, str | None]:
+    """``best``: (the kept checkpoint with the highest recorded mean return, a note or None)."""
+    returns = recorded_returns(run_dir)
+    scored = [(returns[it], it, path) for it, path in history_checkpoints(run_dir).items() if it in returns]
+    if not scored:
+        return latest_checkpoint(run_dir), "no kept checkpoint has a recorded mean return; using latest"
+    mean_return, iteration, path = max(scored)  # equal returns: the later iteration
+    return path, f"iteration {iteration}, mean return {mean_return:.2f} during training"
+
+
+def chosen_checkpoint(run_dir: Path, checkpoint: str) -> tuple[Path, str, str | None]:
+    """``--checkpoint latest|best|PATH`` of a run -> (file, "latest"/"best"/"path", note or None).
+    The file may not exist; the caller says what is wrong."""
+    if checkpoint == "latest":
+        return latest_checkpoint(run_dir), "latest", None
+    if checkpoint == "best":
+        path, note = best_checkpoint(run_dir)
+        return path, "best", note
+    return Path(checkpoint).expanduser(), "path", None
