@@ -343,15 +343,17 @@ def sweep_command(
     ] = False,
     ray_address: Annotated[
         str | None,
-        typer.Option(help="HOST:PORT of an existing Ray cluster's head (default: an embedded local Ray).",
-                     metavar="HOST:PORT"),
+        typer.Option(
+            help="HOST:PORT of an existing Ray cluster's head (default: an embedded local Ray).", metavar="HOST:PORT"
+        ),
     ] = None,
     resume: Annotated[
-        Path | None, typer.Option(help="Continue the sweep in SWEEP_DIR: trials without a result run (again).",
-                                  metavar="SWEEP_DIR")
+        Path | None,
+        typer.Option(help="Continue the sweep in SWEEP_DIR: trials without a result run (again).", metavar="SWEEP_DIR"),
     ] = None,
 ) -> None:
     from islab.sweep.command import sweep_main
 
-    raise typer.Exit(sweep_main(sweep_file, resume=resume, dry_run_only=dry_run, json_output=json_output,
-                                ray_address=ray_address))
+    raise typer.Exit(
+        sweep_main(sweep_file, resume=resume, dry_run_only=dry_run, json_output=json_output, ray_address=ray_address)
+    )

@@ -45,8 +45,9 @@ def missing_extra() -> list[str]:
     return missing
 
 
-def sweep_main(sweep_file: Path | None, *, resume: Path | None, dry_run_only: bool, json_output: bool,
-               ray_address: str | None) -> int:  # fmt: skip
+def sweep_main(
+    sweep_file: Path | None, *, resume: Path | None, dry_run_only: bool, json_output: bool, ray_address: str | None
+) -> int:
     try:
         loaded, plan, cwd = _prepare(sweep_file, resume, ray_address)
     except SpecError as exc:
@@ -58,58 +59,105 @@ def sweep_main(sweep_file: Path | None, *, resume: Path | None, dry_run_only: bo
         return 0
     missing = missing_extra()
     if missing:
-        print(Issue("islab-train sweep", f"needs the [{EXTRA}] extra (Ray Tune and Optuna): {', '.join(missing)} "
-                    "not installed", install_extra_hint(EXTRA)).message(), file=sys.stderr)  # fmt: skip
+        print(
+            Issue(
+                "islab-train sweep",
+                f"needs the [{EXTRA}] extra (Ray Tune and Optuna): {', '.join(missing)} not installed",
+                install_extra_hint(EXTRA),
+            ).message(),
+            file=sys.stderr,
+        )
         return 2
     address = ray_address or loaded.spec.ray.address
     if address is None:
-        issues = fit_issues(loaded.resources, nproc_per_node=loaded.base.nproc_per_node, device=loaded.base.device,
-                            cpus=float(os.cpu_count() or 1), gpus=float(visible_gpu_count()), where="this machine")  # fmt: skip
+        issues = fit_issues(
+            loaded.resources,
+            nproc_per_node=loaded.base.nproc_per_node,
+            device=loaded.base.device,
+            cpus=float(os.cpu_count() or 1),
+            gpus=float(visible_gpu_count()),
+            where="this machine",
+        )
         if issues:
             for issue in issues:
-                print(Issue(f"{Path(loaded.source).name}: {issue.field}", issue.problem, issue.fix).message(),
-                      file=sys.stderr)  # fmt: skip
+                print(
+                    Issue(f"{Path(loaded.source).name}: {issue.field}", issue.problem, issue.fix).message(),
+                    file=sys.stderr,
+                )
             return 2
     if resume is None:
         _write_state(loaded, plan, cwd, sweep_file)
-    print(f"islab-train sweep: {len(plan.trials)} trial(s), {plan.resources.describe()} each; sweep directory: "
-          f"{plan.sweep_dir}", file=sys.stderr)  # fmt: skip
+    print(
+        f"islab-train sweep: {len(plan.trials)} trial(s), {plan.resources.describe()} each; sweep directory: "
+        f"{plan.sweep_dir}",
+        file=sys.stderr,
+    )
     from islab.sweep.driver import run_sweep
 
     code = run_sweep(loaded, plan, address=address, cwd=cwd)
     if code == 2:
         return 2
-    result = summarize(read_records(plan.sweep_dir).values(), mode=loaded.spec.metric.mode,
-                       commands={trial.id: trial.command for trial in plan.trials})  # fmt: skip
-    result = {**result, "sweep_dir": plan.sweep_dir, "metric": loaded.spec.metric.model_dump(),
-              "interrupted": code == 130}  # fmt: skip
+    result = summarize(
+        read_records(plan.sweep_dir).values(),
+        mode=loaded.spec.metric.mode,
+        commands={trial.id: trial.command for trial in plan.trials},
+    )
+    result = {
+        **result,
+        "sweep_dir": plan.sweep_dir,
+        "metric": loaded.spec.metric.model_dump(),
+        "interrupted": code == 130,
+    }
     write_outputs(plan.sweep_dir, result, metric=loaded.spec.metric.name)
     _report(result, plan, json_output=json_output, interrupted=code == 130)
     return code
 
 
-def _prepare(sweep_file: Path | None, resume: Path | None, ray_address: str | None) -> tuple[LoadedSweep, SweepPlan, str]:
+def _prepare(
+    sweep_file: Path | None, resume: Path | None, ray_address: str | None
+) -> tuple[LoadedSweep, SweepPlan, str]:
     if (sweep_file is None) == (resume is None):
-        raise SpecError(Issue("islab-train sweep", "give a SWEEP.yaml, or --resume SWEEP_DIR (not both)",
-                              "e.g. islab-train sweep configs/sweeps/cartpole-lr.yaml"))  # fmt: skip
+        raise SpecError(
+            Issue(
+                "islab-train sweep",
+                "give a SWEEP.yaml, or --resume SWEEP_DIR (not both)",
+                "e.g. islab-train sweep configs/sweeps/cartpole-lr.yaml",
+            )
+        )
     if resume is not None:
         state_path = resume / STATE_FILE
         try:
             state = json.loads(state_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            raise SpecError(Issue("--resume", f"{resume} is not a sweep directory (no readable {STATE_FILE})",
-                                  "Give the directory a sweep printed at its start (logs/sweeps/<name>/<time>)")) from None  # fmt: skip
+            raise SpecError(
+                Issue(
+                    "--resume",
+                    f"{resume} is not a sweep directory (no readable {STATE_FILE})",
+                    "Give the directory a sweep printed at its start (logs/sweeps/<name>/<time>)",
+                )
+            ) from None
         loaded = load_sweep(resume / SWEEP_COPY, name=state["name"], cluster_file=state["cluster_file"])
-        plan = build_plan(loaded.spec, sweep_dir=str(resume.absolute()), python=state["python"],
-                          device=loaded.base.device, nproc_per_node=loaded.base.nproc_per_node,
-                          cluster_file=loaded.cluster_file)  # fmt: skip
+        plan = build_plan(
+            loaded.spec,
+            sweep_dir=str(resume.absolute()),
+            python=state["python"],
+            device=loaded.base.device,
+            nproc_per_node=loaded.base.nproc_per_node,
+            cluster_file=loaded.cluster_file,
+        )
         return loaded, plan, state["cwd"]
     assert sweep_file is not None
     loaded = load_sweep(sweep_file)
     stamp = datetime.now().strftime(RUN_DIR_TIME_FORMAT)
     sweep_dir = str(Path(sweep_dir_for(loaded.spec, loaded.name, stamp)).absolute())
-    plan = build_plan(loaded.spec, sweep_dir=sweep_dir, python=sys.executable, device=loaded.base.device,
-                      nproc_per_node=loaded.base.nproc_per_node, cluster_file=loaded.cluster_file)  # fmt: skip
+    plan = build_plan(
+        loaded.spec,
+        sweep_dir=sweep_dir,
+        python=sys.executable,
+        device=loaded.base.device,
+        nproc_per_node=loaded.base.nproc_per_node,
+        cluster_file=loaded.cluster_file,
+    )
     return loaded, plan, os.getcwd()
 
 
@@ -118,9 +166,16 @@ def _write_state(loaded: LoadedSweep, plan: SweepPlan, cwd: str, sweep_file: Pat
     sweep_dir.mkdir(parents=True, exist_ok=True)
     assert sweep_file is not None
     (sweep_dir / SWEEP_COPY).write_text(sweep_file.read_text(encoding="utf-8"), encoding="utf-8")
-    write_json(sweep_dir / STATE_FILE, {"name": loaded.name, "cwd": cwd, "cluster_file": loaded.cluster_file,
-                                        "python": plan.trials[0].argv[0] if plan.trials else sys.executable,
-                                        "source": loaded.source})  # fmt: skip
+    write_json(
+        sweep_dir / STATE_FILE,
+        {
+            "name": loaded.name,
+            "cwd": cwd,
+            "cluster_file": loaded.cluster_file,
+            "python": plan.trials[0].argv[0] if plan.trials else sys.executable,
+            "source": loaded.source,
+        },
+    )
 
 
 def _report(result: dict[str, Any], plan: SweepPlan, *, json_output: bool, interrupted: bool) -> None:
@@ -133,8 +188,10 @@ def _report(result: dict[str, Any], plan: SweepPlan, *, json_output: bool, inter
         from rich.table import Table
 
         console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
-        for title, header, rows in (("configurations, best first", CONFIG_HEADER, config_rows(result)),
-                                    ("failed trials", FAILED_HEADER, failed_rows(result))):  # fmt: skip
+        for title, header, rows in (
+            ("configurations, best first", CONFIG_HEADER, config_rows(result)),
+            ("failed trials", FAILED_HEADER, failed_rows(result)),
+        ):
             if not rows:
                 continue
             table = Table(title=title, title_justify="left")
@@ -151,4 +208,4 @@ def _report(result: dict[str, Any], plan: SweepPlan, *, json_output: bool, inter
     print(f"islab-train sweep: {where / SWEEP_JSON}, summary.md, curves.png", file=sys.stderr)
 
 
-__all__ = ["sweep_main", "parse_sweep"]
+__all__ = ["parse_sweep", "sweep_main"]

@@ -29,7 +29,7 @@ from islab.launcher.issues import Issue
 from islab.launcher.probes import visible_gpu_count
 from islab.sweep.live import TrialBoard
 from islab.sweep.load import LoadedSweep, fit_issues
-from islab.sweep.summary import TERMINAL_STATUSES, read_records, write_record
+from islab.sweep.summary import TERMINAL_STATUSES, read_records
 from islab.sweep.trial_process import ProgressSource, stop_leftovers
 from islab.sweep.trials import SweepPlan, Trial, trial_env
 
@@ -66,8 +66,13 @@ def start_ray(address: str | None) -> None:
 
     quiet = {"logging_level": logging.ERROR, "log_to_driver": False, "configure_logging": True}
     if address is None:
-        ray.init(num_cpus=os.cpu_count() or 1, num_gpus=visible_gpu_count(), include_dashboard=False,
-                 object_store_memory=EMBEDDED_OBJECT_STORE_BYTES, **quiet)  # fmt: skip
+        ray.init(
+            num_cpus=os.cpu_count() or 1,
+            num_gpus=visible_gpu_count(),
+            include_dashboard=False,
+            object_store_memory=EMBEDDED_OBJECT_STORE_BYTES,
+            **quiet,
+        )
     else:
         ray.init(address=address, **quiet)
 
@@ -80,9 +85,14 @@ def cluster_fit_issues(loaded: LoadedSweep) -> list[Issue]:
     best: list[Issue] | None = None
     for node in nodes:
         resources = node.get("Resources", {})
-        issues = fit_issues(loaded.resources, nproc_per_node=loaded.base.nproc_per_node, device=loaded.base.device,
-                            cpus=resources.get("CPU", 0), gpus=resources.get("GPU", 0),
-                            where=f"Ray node {node.get('NodeManagerAddress')}")  # fmt: skip
+        issues = fit_issues(
+            loaded.resources,
+            nproc_per_node=loaded.base.nproc_per_node,
+            device=loaded.base.device,
+            cpus=resources.get("CPU", 0),
+            gpus=resources.get("GPU", 0),
+            where=f"Ray node {node.get('NodeManagerAddress')}",
+        )
         if not issues:
             return []
         best = issues if best is None or len(issues) < len(best) else best
@@ -97,8 +107,11 @@ def run_sweep(loaded: LoadedSweep, plan: SweepPlan, *, address: str | None, cwd:
     records = read_records(plan.sweep_dir)
     todo = remaining(plan, records)
     finished = {trial.id for trial in plan.trials} - {trial.id for trial in todo}
-    board = TrialBoard(plan.trials if loaded.spec.searcher != "optuna" else [t for t in plan.trials if t.id in finished],
-                       board_out, title=f"islab-train sweep {loaded.name}: {plan.sweep_dir}")  # fmt: skip
+    board = TrialBoard(
+        plan.trials if loaded.spec.searcher != "optuna" else [t for t in plan.trials if t.id in finished],
+        board_out,
+        title=f"islab-train sweep {loaded.name}: {plan.sweep_dir}",
+    )
     for trial_id in finished:
         record = records[trial_id]
         board.update(trial_id, status=record["status"], metric=record.get("metric"), node=record.get("node"))
@@ -128,8 +141,9 @@ def run_sweep(loaded: LoadedSweep, plan: SweepPlan, *, address: str | None, cwd:
     return 0 if all(trial.id in records for trial in plan.trials) or loaded.spec.searcher == "optuna" else 130
 
 
-def _fit(loaded: LoadedSweep, plan: SweepPlan, todo: list[Trial], records: Mapping[str, Any], board: TrialBoard,
-         cwd: str) -> bool:  # fmt: skip
+def _fit(
+    loaded: LoadedSweep, plan: SweepPlan, todo: list[Trial], records: Mapping[str, Any], board: TrialBoard, cwd: str
+) -> bool:
     """Tune over ``todo``; True when Ctrl-C interrupted it."""
     from ray import tune
 
@@ -137,22 +151,34 @@ def _fit(loaded: LoadedSweep, plan: SweepPlan, todo: list[Trial], records: Mappi
 
     spec = loaded.spec
     context = SweepContext(
-        trials={trial.id: trial for trial in plan.trials}, cwd=cwd, metric=spec.metric.name,
-        over_last=spec.metric.over_last, source=progress_source(loaded), sweep_dir=plan.sweep_dir,
-        python=plan.trials[0].argv[0], run=dict(spec.run), cluster_file=loaded.cluster_file,
-        seeds=tuple(spec.seed_list), env=trial_env(spec, spec.run, loaded.base.device, loaded.base.nproc_per_node),
+        trials={trial.id: trial for trial in plan.trials},
+        cwd=cwd,
+        metric=spec.metric.name,
+        over_last=spec.metric.over_last,
+        source=progress_source(loaded),
+        sweep_dir=plan.sweep_dir,
+        python=plan.trials[0].argv[0],
+        run=dict(spec.run),
+        cluster_file=loaded.cluster_file,
+        seeds=tuple(spec.seed_list),
+        env=trial_env(spec, spec.run, loaded.base.device, loaded.base.nproc_per_node),
         search_keys=tuple(spec.search),
-    )  # fmt: skip
-    trainable = tune.with_resources(tune.with_parameters(IslabTrial, context=context),
-                                    {"cpu": plan.resources.cpu, "gpu": plan.resources.gpu})  # fmt: skip
+    )
+    trainable = tune.with_resources(
+        tune.with_parameters(IslabTrial, context=context), {"cpu": plan.resources.cpu, "gpu": plan.resources.gpu}
+    )
     search_alg, param_space, num_samples = _search(loaded, todo, records)
     recorder = _recorder(plan.sweep_dir, board, context.trial_for)
     scheduler = None
     if spec.scheduler == "asha":
         from ray.tune.schedulers import ASHAScheduler
 
-        scheduler = ASHAScheduler(time_attr="training_iteration", max_t=max(loaded.base.max_iterations, 1),
-                                  grace_period=spec.asha.grace_period, reduction_factor=spec.asha.reduction_factor)  # fmt: skip
+        scheduler = ASHAScheduler(
+            time_attr="training_iteration",
+            max_t=max(loaded.base.max_iterations, 1),
+            grace_period=spec.asha.grace_period,
+            reduction_factor=spec.asha.reduction_factor,
+        )
     ranked = scheduler is not None or search_alg is not None
     storage = Path(plan.sweep_dir, TUNE_DIR).absolute()
     attempt = len(list(storage.glob("tune-*"))) if storage.exists() else 0
@@ -160,13 +186,22 @@ def _fit(loaded: LoadedSweep, plan: SweepPlan, todo: list[Trial], records: Mappi
         trainable,
         param_space=param_space,
         tune_config=tune.TuneConfig(
-            num_samples=num_samples, max_concurrent_trials=spec.max_concurrent, scheduler=scheduler,
-            search_alg=search_alg, metric="metric" if ranked else None, mode=spec.metric.mode if ranked else None,
+            num_samples=num_samples,
+            max_concurrent_trials=spec.max_concurrent,
+            scheduler=scheduler,
+            search_alg=search_alg,
+            metric="metric" if ranked else None,
+            mode=spec.metric.mode if ranked else None,
         ),
-        run_config=tune.RunConfig(name=f"tune-{attempt}", storage_path=str(storage), verbose=0, callbacks=[recorder],
-                                  failure_config=tune.FailureConfig(max_failures=0),
-                                  checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False)),
-    )  # fmt: skip
+        run_config=tune.RunConfig(
+            name=f"tune-{attempt}",
+            storage_path=str(storage),
+            verbose=0,
+            callbacks=[recorder],
+            failure_config=tune.FailureConfig(max_failures=0),
+            checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False),
+        ),
+    )
     sentinel = _install_sentinel()
     try:
         tuner.fit()

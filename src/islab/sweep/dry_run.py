@@ -43,11 +43,15 @@ def format_json(plan: SweepPlan) -> str:
 
 def format_text(plan: SweepPlan, source: str) -> str:
     lines = [
-        comment(f"sweep {source}: {len(plan.trials)} trial(s) = {plan.configs} configuration(s) x seeds, "
-                f"searcher {plan.searcher}"),
-        comment(f"each trial: {plan.resources.describe()}; at most "
-                f"{plan.max_concurrent or 'as many as fit'} at once; sweep directory {plan.sweep_dir}"),
-    ]  # fmt: skip
+        comment(
+            f"sweep {source}: {len(plan.trials)} trial(s) = {plan.configs} configuration(s) x seeds, "
+            f"searcher {plan.searcher}"
+        ),
+        comment(
+            f"each trial: {plan.resources.describe()}; at most "
+            f"{plan.max_concurrent or 'as many as fit'} at once; sweep directory {plan.sweep_dir}"
+        ),
+    ]
     for trial in plan.trials:
         chosen = "chosen by Optuna while the sweep runs" if plan.searcher == "optuna" else config_label(trial.config)
         lines += ["", comment(f"trial {trial.id}: {chosen}, seed {trial.seed}"), trial.command]

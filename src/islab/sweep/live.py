@@ -80,8 +80,12 @@ class TrialBoard:
             rows = list(self.rows.values())
         for row in rows:
             table.add_row(
-                row.trial, escape(row.config), str(row.seed), row.status,
+                row.trial,
+                escape(row.config),
+                str(row.seed),
+                row.status,
                 "-" if row.iteration is None else str(row.iteration),
-                "-" if row.metric is None else f"{row.metric:.4g}", row.node or "-",
-            )  # fmt: skip
+                "-" if row.metric is None else f"{row.metric:.4g}",
+                row.node or "-",
+            )
         return table

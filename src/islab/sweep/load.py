@@ -58,7 +58,9 @@ def read_sweep_file(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise SpecError(Issue(label, "the file does not exist", "Check the path (configs/sweeps/ has examples)")) from None
+        raise SpecError(
+            Issue(label, "the file does not exist", "Check the path (configs/sweeps/ has examples)")
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(Issue(label, f"cannot read the file ({exc})", "Check the path and its permissions")) from None
     except yaml.YAMLError as exc:
@@ -114,12 +116,18 @@ def load_sweep(path: Path, *, name: str | None = None, cluster_file: str | None 
         cluster_file = str((path.parent / str(cluster)).absolute())
     base = resolve_trial(spec, label, cluster_file, configurations_to_check(spec)[0]).spec
     if base.nnodes > 1:
-        raise SpecError(Issue(f"{label}: run.nnodes", f"the base run spans {base.nnodes} nodes",
-                              "A trial is a one-node job (nproc_per_node ranks); Ray places trials on nodes"))  # fmt: skip
+        raise SpecError(
+            Issue(
+                f"{label}: run.nnodes",
+                f"the base run spans {base.nnodes} nodes",
+                "A trial is a one-node job (nproc_per_node ranks); Ray places trials on nodes",
+            )
+        )
     for config in configurations_to_check(spec)[1:]:
         resolve_trial(spec, label, cluster_file, config)
-    return LoadedSweep(spec=spec, base=base, name=name or spec.name or path.stem, source=str(path),
-                       cluster_file=cluster_file)  # fmt: skip
+    return LoadedSweep(
+        spec=spec, base=base, name=name or spec.name or path.stem, source=str(path), cluster_file=cluster_file
+    )
 
 
 def configurations_to_check(spec: SweepSpec) -> list[dict[str, Any]]:
@@ -158,8 +166,13 @@ def resolve_trial(spec: SweepSpec, label: str, cluster_file: str | None, config:
     except SpecError as exc:
         raise SpecError([_sweep_issue(issue, label) for issue in exc.issues]) from None
     except KeyError as exc:  # a spec field without a command-line option: it cannot be a trial's argument
-        raise SpecError(Issue(f"{label}: run.{exc.args[0]}", "has no islab-train option, so a trial command cannot set it",
-                              "Put it in a cluster file and give run: {cluster: FILE}")) from None  # fmt: skip
+        raise SpecError(
+            Issue(
+                f"{label}: run.{exc.args[0]}",
+                "has no islab-train option, so a trial command cannot set it",
+                "Put it in a cluster file and give run: {cluster: FILE}",
+            )
+        ) from None
     return resolved
 
 
@@ -169,24 +182,45 @@ def _sweep_issue(issue: Issue, label: str) -> Issue:
     return Issue(field, issue.problem, issue.fix)
 
 
-def fit_issues(resources: Resources, *, nproc_per_node: int, device: str, cpus: float, gpus: float, where: str) -> list[Issue]:
+def fit_issues(
+    resources: Resources, *, nproc_per_node: int, device: str, cpus: float, gpus: float, where: str
+) -> list[Issue]:
     """Why one trial cannot run on a node with ``cpus`` cores and ``gpus`` GPUs (empty: it fits)."""
     issues = []
     if device == "cuda":
         if resources.gpu > 1 and not float(resources.gpu).is_integer():
-            issues.append(Issue("trials_per_gpu", f"a trial would get {resources.gpu:g} GPUs (nproc_per_node "
-                                f"{nproc_per_node} / trials_per_gpu); above one GPU a trial needs whole GPUs",
-                                "Choose trials_per_gpu so that nproc_per_node / trials_per_gpu is a whole number"))  # fmt: skip
+            issues.append(
+                Issue(
+                    "trials_per_gpu",
+                    f"a trial would get {resources.gpu:g} GPUs (nproc_per_node "
+                    f"{nproc_per_node} / trials_per_gpu); above one GPU a trial needs whole GPUs",
+                    "Choose trials_per_gpu so that nproc_per_node / trials_per_gpu is a whole number",
+                )
+            )
         if nproc_per_node > 1 and resources.gpu < nproc_per_node:
-            issues.append(Issue("trials_per_gpu", f"the {nproc_per_node} ranks of a trial would share "
-                                f"{resources.gpu:g} GPU(s); NCCL needs a GPU per rank",
-                                "Use trials_per_gpu: 1 (or fewer) for multi-rank trials, or nproc_per_node: 1"))  # fmt: skip
+            issues.append(
+                Issue(
+                    "trials_per_gpu",
+                    f"the {nproc_per_node} ranks of a trial would share "
+                    f"{resources.gpu:g} GPU(s); NCCL needs a GPU per rank",
+                    "Use trials_per_gpu: 1 (or fewer) for multi-rank trials, or nproc_per_node: 1",
+                )
+            )
         if resources.gpu > gpus:
-            issues.append(Issue("trials_per_gpu", f"a trial needs {resources.gpu:g} GPU(s) (nproc_per_node "
-                                f"{nproc_per_node} / trials_per_gpu), but {where} has {gpus:g}",
-                                "Raise trials_per_gpu, lower nproc_per_node, or run on a node with more GPUs"))  # fmt: skip
+            issues.append(
+                Issue(
+                    "trials_per_gpu",
+                    f"a trial needs {resources.gpu:g} GPU(s) (nproc_per_node "
+                    f"{nproc_per_node} / trials_per_gpu), but {where} has {gpus:g}",
+                    "Raise trials_per_gpu, lower nproc_per_node, or run on a node with more GPUs",
+                )
+            )
     if resources.cpu > cpus:
-        issues.append(Issue("cpus_per_trial" if device == "cpu" else "run.nproc_per_node",
-                            f"a trial needs {resources.cpu:g} CPU core(s), but {where} has {cpus:g}",
-                            "Lower cpus_per_trial (or nproc_per_node)"))  # fmt: skip
+        issues.append(
+            Issue(
+                "cpus_per_trial" if device == "cpu" else "run.nproc_per_node",
+                f"a trial needs {resources.cpu:g} CPU core(s), but {where} has {cpus:g}",
+                "Lower cpus_per_trial (or nproc_per_node)",
+            )
+        )
     return issues

@@ -48,8 +48,15 @@ class Recorder(tune.Callback):
         if "trial_status" in result:
             self._write(ours, result, status=result["trial_status"])
             return
-        self.board.update(ours.id, config=config_label(ours.config), seed=ours.seed, status="running",
-                          iteration=result.get("iteration"), metric=result.get("metric"), node=result.get("node"))  # fmt: skip
+        self.board.update(
+            ours.id,
+            config=config_label(ours.config),
+            seed=ours.seed,
+            status="running",
+            iteration=result.get("iteration"),
+            metric=result.get("metric"),
+            node=result.get("node"),
+        )
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         ours = self._trial(trial)
@@ -62,8 +69,11 @@ class Recorder(tune.Callback):
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         ours = self._trial(trial)
         error = getattr(trial, "error_file", None)
-        self._write(ours, {**(trial.last_result or {}), "error": f"the trial's Ray actor failed (see {error})",
-                           "exit_code": None}, status="failed")  # fmt: skip
+        self._write(
+            ours,
+            {**(trial.last_result or {}), "error": f"the trial's Ray actor failed (see {error})", "exit_code": None},
+            status="failed",
+        )
 
     def settle(self, *, interrupted: bool) -> None:
         """After Tune: trials a scheduler stopped are finished early; after Ctrl-C they are unfinished."""
@@ -99,5 +109,11 @@ class Recorder(tune.Callback):
             "curve": self.curves.get(ours.id, []),
         }
         write_record(self.sweep_dir, record)
-        self.board.update(ours.id, config=config_label(ours.config), seed=ours.seed, status=status,
-                          metric=record["metric"], node=record["node"])  # fmt: skip
+        self.board.update(
+            ours.id,
+            config=config_label(ours.config),
+            seed=ours.seed,
+            status=status,
+            metric=record["metric"],
+            node=record["node"],
+        )

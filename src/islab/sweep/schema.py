@@ -68,18 +68,27 @@ class Distribution(_Strict):
     def _one_kind_with_sane_bounds(self) -> Distribution:
         given = [kind for kind in DISTRIBUTIONS if getattr(self, kind) is not None]
         if len(given) != 1:
-            raise rule("distribution", f"needs exactly one of {', '.join(DISTRIBUTIONS)}, got {given or 'none'}",
-                       "Write e.g. {loguniform: [1.0e-4, 1.0e-2]}")  # fmt: skip
+            raise rule(
+                "distribution",
+                f"needs exactly one of {', '.join(DISTRIBUTIONS)}, got {given or 'none'}",
+                "Write e.g. {loguniform: [1.0e-4, 1.0e-2]}",
+            )
         kind = given[0]
         if kind == "choice":
             return self
         low, high = getattr(self, kind)
         if not (math.isfinite(low) and math.isfinite(high)) or low >= high:
-            raise rule(kind, f"bounds [{low}, {high}]: low must be below high (both finite)",
-                       f"Write {{{kind}: [LOW, HIGH]}} with LOW < HIGH")  # fmt: skip
+            raise rule(
+                kind,
+                f"bounds [{low}, {high}]: low must be below high (both finite)",
+                f"Write {{{kind}: [LOW, HIGH]}} with LOW < HIGH",
+            )
         if kind == "loguniform" and low <= 0:
-            raise rule(kind, f"bounds [{low}, {high}]: a log-uniform range must be positive",
-                       "Give LOW > 0, e.g. {loguniform: [1.0e-5, 1.0e-2]}")  # fmt: skip
+            raise rule(
+                kind,
+                f"bounds [{low}, {high}]: a log-uniform range must be positive",
+                "Give LOW > 0, e.g. {loguniform: [1.0e-5, 1.0e-2]}",
+            )
         return self
 
     @property
@@ -126,7 +135,9 @@ class SweepSpec(_Strict):
 
     name: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9._-]+$")] | None = None
     run: dict[StrictStr, Any]
-    seeds: Annotated[StrictInt, Field(ge=1)] | Annotated[list[Annotated[StrictInt, Field(ge=0)]], Field(min_length=1)] = 1
+    seeds: (
+        Annotated[StrictInt, Field(ge=1)] | Annotated[list[Annotated[StrictInt, Field(ge=0)]], Field(min_length=1)]
+    ) = 1
     search: dict[StrictStr, SearchSpace] = Field(default_factory=dict)
     samples: Annotated[StrictInt, Field(ge=1)] | None = None
     searcher: Literal["grid", "random", "optuna"] = "grid"
@@ -148,16 +159,30 @@ class SweepSpec(_Strict):
         if isinstance(self.seeds, list) and len(set(self.seeds)) != len(self.seeds):
             raise rule("seeds", f"{self.seeds} repeats a seed", "List each seed once")
         for key in self.search:
-            if not key.lstrip("+") or key.startswith("-") or "=" in key or any(not p for p in key.lstrip("+").split(".")):
-                raise rule(f"search.{key}", "is not a dotted agent-config key",
-                           "Use the key of a KEY=VALUE override, e.g. algorithm.learning_rate")  # fmt: skip
+            if (
+                not key.lstrip("+")
+                or key.startswith("-")
+                or "=" in key
+                or any(not p for p in key.lstrip("+").split("."))
+            ):
+                raise rule(
+                    f"search.{key}",
+                    "is not a dotted agent-config key",
+                    "Use the key of a KEY=VALUE override, e.g. algorithm.learning_rate",
+                )
         has_distributions = any(isinstance(space, Distribution) for space in self.search.values())
         if self.searcher in ("random", "optuna") and not self.search:
-            raise rule("searcher", f"{self.searcher} needs a `search:` space",
-                       "Add search keys, or use searcher: grid for seeds only")  # fmt: skip
+            raise rule(
+                "searcher",
+                f"{self.searcher} needs a `search:` space",
+                "Add search keys, or use searcher: grid for seeds only",
+            )
         if self.samples is not None and self.searcher == "grid" and not has_distributions:
-            raise rule("samples", "a pure grid (lists only) runs every combination once, so samples has no meaning",
-                       "Remove samples, or give a distribution such as {uniform: [0.1, 0.9]}")  # fmt: skip
+            raise rule(
+                "samples",
+                "a pure grid (lists only) runs every combination once, so samples has no meaning",
+                "Remove samples, or give a distribution such as {uniform: [0.1, 0.9]}",
+            )
         return self
 
     @property

@@ -68,14 +68,16 @@ def summarize(records: Iterable[Mapping[str, Any]], *, mode: str, commands: Mapp
     configs = []
     for members in groups.values():
         values = [t["metric"] for t in members if t["status"] == "finished" and _is_number(t.get("metric"))]
-        configs.append({
-            "config": dict(members[0]["config"]),
-            "metric_mean": statistics.fmean(values) if values else None,
-            "metric_std": statistics.pstdev(values) if values else None,
-            "seeds": sorted(t["seed"] for t in members),
-            "finished": sum(t["status"] == "finished" for t in members),
-            "trials": [t["id"] for t in members],
-        })  # fmt: skip
+        configs.append(
+            {
+                "config": dict(members[0]["config"]),
+                "metric_mean": statistics.fmean(values) if values else None,
+                "metric_std": statistics.pstdev(values) if values else None,
+                "seeds": sorted(t["seed"] for t in members),
+                "finished": sum(t["status"] == "finished" for t in members),
+                "trials": [t["id"] for t in members],
+            }
+        )
     sign = -1.0 if mode == "max" else 1.0
     configs.sort(key=lambda c: (c["metric_mean"] is None, sign * (c["metric_mean"] or 0.0)))
     best = None
@@ -98,10 +100,15 @@ def config_rows(result: Mapping[str, Any]) -> list[list[str]]:
     rows = []
     for rank, config in enumerate(result["configs"], start=1):
         mean, std = config["metric_mean"], config["metric_std"]
-        rows.append([
-            str(rank), config_label(config["config"]), _fmt(mean) if std is None else f"{_fmt(mean)} ± {_fmt(std)}",
-            ", ".join(map(str, config["seeds"])), f"{config['finished']}/{len(config['seeds'])}",
-        ])  # fmt: skip
+        rows.append(
+            [
+                str(rank),
+                config_label(config["config"]),
+                _fmt(mean) if std is None else f"{_fmt(mean)} ± {_fmt(std)}",
+                ", ".join(map(str, config["seeds"])),
+                f"{config['finished']}/{len(config['seeds'])}",
+            ]
+        )
     return rows
 
 
@@ -126,13 +133,23 @@ def markdown(result: Mapping[str, Any], *, metric: str, sweep_dir: str) -> str:
         lines += ["", "Best configuration's command (its first seed):", "", f"    {result['best']['command']}"]
     failed = failed_rows(result)
     if failed:
-        lines += ["", "Failed trials:", ""] + _md_table(FAILED_HEADER, failed)
+        lines += ["", "Failed trials:", "", *_md_table(FAILED_HEADER, failed)]
     lines += ["", "Trials:", ""]
     lines += _md_table(
         ["trial", "config", "seed", "status", "metric", "node", "run dir"],
-        [[t["id"], config_label(t["config"]), str(t["seed"]), t["status"], _fmt(t.get("metric")),
-          str(t.get("node") or "-"), str(t.get("run_dir") or "-")] for t in result["trials"]],
-    )  # fmt: skip
+        [
+            [
+                t["id"],
+                config_label(t["config"]),
+                str(t["seed"]),
+                t["status"],
+                _fmt(t.get("metric")),
+                str(t.get("node") or "-"),
+                str(t.get("run_dir") or "-"),
+            ]
+            for t in result["trials"]
+        ],
+    )
     return "\n".join(lines) + "\n"
 
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from islab.launcher.failures import last_exception_line
 from islab.launcher.entrypoint import events_reader
+from islab.launcher.failures import last_exception_line
 from islab.rundir import LAUNCH_FILE, ProgressReader, latest_checkpoint, progress_path, rank_log
 
 OUTPUT_LOG = "islab-train.log"
@@ -81,7 +81,9 @@ def resumable_run_dir(log_dir: str | Path) -> Path | None:
 class TrialProcess:
     """islab-train for one trial, in its own process group."""
 
-    def __init__(self, argv: Sequence[str], env: Mapping[str, str], cwd: str, log_dir: str, source: ProgressSource) -> None:
+    def __init__(
+        self, argv: Sequence[str], env: Mapping[str, str], cwd: str, log_dir: str, source: ProgressSource
+    ) -> None:
         self.argv = list(argv)
         self.env = dict(env)
         self.cwd = cwd
@@ -99,9 +101,14 @@ class TrialProcess:
         self._log = open(self.output_log, "ab")  # noqa: SIM115 -- closed in finish()
         self.started_at = time.time()
         self.process = subprocess.Popen(
-            self.argv, cwd=self.cwd, env={**os.environ, **self.env}, stdin=subprocess.DEVNULL,
-            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            self.argv,
+            cwd=self.cwd,
+            env={**os.environ, **self.env},
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         (self.log_dir / PGID_FILE).write_text(str(self.process.pid), encoding="utf-8")
 
     @property

@@ -114,10 +114,7 @@ def draw(space: Distribution | list[Any], rng: random.Random) -> Any:
     low, high = bounds
     if kind == "randint":
         return rng.randrange(low, high)
-    if kind == "loguniform":
-        value = math.exp(rng.uniform(math.log(low), math.log(high)))
-    else:
-        value = rng.uniform(low, high)
+    value = math.exp(rng.uniform(math.log(low), math.log(high))) if kind == "loguniform" else rng.uniform(low, high)
     return float(f"{value:.4g}")  # short numbers in commands and tables; the grid is coarse anyway
 
 
@@ -184,9 +181,18 @@ def trial_argv(
     overrides = [override_text(key, value) for key, value in config.items()]
     entry_args = [str(arg) for arg in run.get("args") or ()]
     return (
-        python, "-m", CLI_MODULE, *run_options(run, cluster_file), "--seed", str(seed), "--log-dir", log_dir,
-        *base_overrides, *overrides, *(["--", *entry_args] if entry_args else []),
-    )  # fmt: skip
+        python,
+        "-m",
+        CLI_MODULE,
+        *run_options(run, cluster_file),
+        "--seed",
+        str(seed),
+        "--log-dir",
+        log_dir,
+        *base_overrides,
+        *overrides,
+        *(["--", *entry_args] if entry_args else []),
+    )
 
 
 def user_argv(argv: tuple[str, ...] | list[str]) -> list[str]:
@@ -217,9 +223,13 @@ def build_plan(
             argv = trial_argv(python, spec.run, cluster_file, seed, log_dir, config)
             trials.append(Trial(ident, index, config, seed, log_dir, argv, env))
     return SweepPlan(
-        sweep_dir=sweep_dir, trials=tuple(trials), resources=resources_of(spec, device, nproc_per_node),
-        max_concurrent=spec.max_concurrent, searcher=spec.searcher, configs=len(configs),
-    )  # fmt: skip
+        sweep_dir=sweep_dir,
+        trials=tuple(trials),
+        resources=resources_of(spec, device, nproc_per_node),
+        max_concurrent=spec.max_concurrent,
+        searcher=spec.searcher,
+        configs=len(configs),
+    )
 
 
 def config_label(config: Mapping[str, Any]) -> str:
