@@ -57,17 +57,6 @@ def sweep_main(
     if dry_run_only:
         print(dry_run.format_json(plan) if json_output else dry_run.format_text(plan, loaded.source))
         return 0
-    missing = missing_extra()
-    if missing:
-        print(
-            Issue(
-                "islab-train sweep",
-                f"needs the [{EXTRA}] extra (Ray Tune and Optuna): {', '.join(missing)} not installed",
-                install_extra_hint(EXTRA),
-            ).message(),
-            file=sys.stderr,
-        )
-        return 2
     address = ray_address or loaded.spec.ray.address
     if address is None:
         issues = fit_issues(
@@ -85,6 +74,17 @@ def sweep_main(
                     file=sys.stderr,
                 )
             return 2
+    missing = missing_extra()
+    if missing:
+        print(
+            Issue(
+                "islab-train sweep",
+                f"needs the [{EXTRA}] extra (Ray Tune and Optuna): {', '.join(missing)} not installed",
+                install_extra_hint(EXTRA),
+            ).message(),
+            file=sys.stderr,
+        )
+        return 2
     if resume is None:
         _write_state(loaded, plan, cwd, sweep_file)
     print(

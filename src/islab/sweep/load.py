@@ -76,7 +76,15 @@ def parse_sweep(data: Mapping[str, Any], label: str) -> SweepSpec:
     try:
         return SweepSpec.model_validate(dict(data))
     except ValidationError as exc:
-        raise SpecError([_issue(err, label) for err in exc.errors()]) from None
+        errors = exc.errors()
+        # A search value is a list or a distribution: when it is a distribution with a problem of
+        # its own, the "not a list" error of the other branch only adds noise.
+        ruled = {
+            tuple(err["loc"][:2]) for err in errors if err["type"] == "spec_rule" and err["loc"][:1] == ("search",)
+        }
+        errors = [err for err in errors if err["type"] == "spec_rule" or tuple(err["loc"][:2]) not in ruled]
+        issues = list(dict.fromkeys(_issue(err, label) for err in errors))
+        raise SpecError(issues) from None
 
 
 def _issue(err: Mapping[str, Any], label: str) -> Issue:
@@ -164,7 +172,7 @@ def resolve_trial(spec: SweepSpec, label: str, cluster_file: str | None, config:
         resolved = resolve_spec(layer, None, Path(cluster_file) if cluster_file else None)
         run_options(spec.run, cluster_file)
     except SpecError as exc:
-        raise SpecError([_sweep_issue(issue, label) for issue in exc.issues]) from None
+        raise SpecError([_sweep_issue(issue, label, spec) for issue in exc.issues]) from None
     except KeyError as exc:  # a spec field without a command-line option: it cannot be a trial's argument
         raise SpecError(
             Issue(
@@ -176,10 +184,15 @@ def resolve_trial(spec: SweepSpec, label: str, cluster_file: str | None, config:
     return resolved
 
 
-def _sweep_issue(issue: Issue, label: str) -> Issue:
-    """A message from the run's resolution, named after SWEEP.yaml (override errors say which search key)."""
-    field = issue.field if issue.field.startswith(label) else f"{label}: run ({issue.field})"
-    return Issue(field, issue.problem, issue.fix)
+def _sweep_issue(issue: Issue, label: str, spec: SweepSpec) -> Issue:
+    """A message from the run's resolution, named after SWEEP.yaml (an override's error names its search key)."""
+    if issue.field.startswith(label):
+        return issue
+    if issue.field.startswith("override '"):
+        key = issue.field.split("'")[1].split("=")[0]
+        where = f"search.{key}" if key in spec.search else "run.overrides"
+        return Issue(f"{label}: {where}", issue.problem, issue.fix)
+    return Issue(f"{label}: run ({issue.field})", issue.problem, issue.fix)
 
 
 def fit_issues(
