@@ -163,6 +163,7 @@ def _fit(
         seeds=tuple(spec.seed_list),
         env=trial_env(spec, spec.run, loaded.base.device, loaded.base.nproc_per_node),
         search_keys=tuple(spec.search),
+        max_iterations=loaded.base.max_iterations if loaded.base.total_env_steps is None else None,
     )
     trainable = tune.with_resources(
         tune.with_parameters(IslabTrial, context=context), {"cpu": plan.resources.cpu, "gpu": plan.resources.gpu}
@@ -174,7 +175,7 @@ def _fit(
         from ray.tune.schedulers import ASHAScheduler
 
         scheduler = ASHAScheduler(
-            time_attr="training_iteration",
+            time_attr="iteration",
             max_t=max(loaded.base.max_iterations, 1),
             grace_period=spec.asha.grace_period,
             reduction_factor=spec.asha.reduction_factor,

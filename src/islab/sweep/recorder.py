@@ -48,6 +48,8 @@ class Recorder(tune.Callback):
         if "trial_status" in result:
             self._write(ours, result, status=result["trial_status"])
             return
+        if "iteration" not in result:  # a heartbeat (see IslabTrial.step)
+            return
         self.board.update(
             ours.id,
             config=config_label(ours.config),

@@ -29,10 +29,11 @@ from typing import Any
 import ray
 from ray import tune
 
-from islab.sweep.trial_process import MetricWindow, ProgressSource, TrialProcess, resumable_run_dir
-from islab.sweep.trials import CLI_MODULE, TRIALS_DIR, Trial, trial_argv
+from islab.sweep.trial_process import MetricWindow, ProgressSource, TrialProcess, continuation_argv
+from islab.sweep.trials import TRIALS_DIR, Trial, trial_argv
 
 POLL_S = 0.25
+HEARTBEAT_S = 2.0
 # Keys of the config Tune hands each trial: ours, and Ray's Repeater's (which seed of a group).
 TRIAL_KEY = "trial"
 REPEAT_INDEX_KEY = "__trial_index__"
@@ -55,6 +56,8 @@ class SweepContext:
     seeds: tuple[int, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     search_keys: tuple[str, ...] = ()
+    # Iterations of a trial (None with a total_env_steps budget: an interrupted trial starts again)
+    max_iterations: int | None = None
 
     def trial_for(self, config: Mapping[str, Any]) -> Trial:
         """The planned trial (grid/random), or one built from Optuna's choice and the repeat index."""
@@ -77,17 +80,15 @@ class IslabTrial(tune.Trainable):
         self.trial = context.trial_for(config)
         self.window = MetricWindow(context.metric, context.over_last)
         self.pending: deque[dict[str, Any]] = deque()
-        argv = list(self.trial.argv)
-        earlier = resumable_run_dir(self.trial.log_dir)
-        self.resumed_from = str(earlier) if earlier is not None else None
-        if earlier is not None:  # an interrupted attempt left a checkpoint: continue it
-            argv = [argv[0], "-m", CLI_MODULE, "--resume", str(earlier)]
+        # an attempt stopped by Ctrl-C left a checkpoint: continue it up to the trial's iterations
+        argv, self.resumed_from = continuation_argv(self.trial.argv, self.trial.log_dir, context.max_iterations)
         self.process = TrialProcess(argv, self.trial.env, context.cwd, self.trial.log_dir, context.source)
         self.start = time.time()
         self.node = ray.util.get_node_ip_address()
         self.process.start()
 
     def step(self) -> dict[str, Any]:
+        beat = time.monotonic() + HEARTBEAT_S
         while True:
             if self.pending:
                 record = self.pending.popleft()
@@ -100,6 +101,10 @@ class IslabTrial(tune.Trainable):
                 continue
             if exit_code is not None:
                 return self._outcome(exit_code)
+            if time.monotonic() > beat:
+                # Tune's stop() waits behind a running step(): return now and then without an
+                # iteration (schedulers key on "iteration", which this result lacks).
+                return self._facts()
             time.sleep(POLL_S)
 
     def _facts(self) -> dict[str, Any]:

@@ -27,13 +27,17 @@ from typing import IO, Any
 
 from islab.launcher.entrypoint import events_reader
 from islab.launcher.failures import last_exception_line
-from islab.rundir import LAUNCH_FILE, ProgressReader, latest_checkpoint, progress_path, rank_log
+from islab.launcher.processes import process_tree
+from islab.rundir import LAUNCH_FILE, ProgressReader, latest_checkpoint, progress_path, rank_log, read_summary
+from islab.stopping import PREEMPT_GRACE_S
+from islab.sweep.trials import CLI_MODULE
 
 OUTPUT_LOG = "islab-train.log"
+# islab-train gives its ranks PREEMPT_GRACE_S to checkpoint after SIGTERM, then SIGKILLs them itself.
+STOP_GRACE_S = PREEMPT_GRACE_S + 10.0
 # The trial's process group while it runs: the driver's last resort when a trial's actor died
 # without stopping it (Ray shut down under it).
 PGID_FILE = "pgid"
-STOP_GRACE_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -72,10 +76,37 @@ def find_run_dir(log_dir: str | Path) -> Path | None:
     return found[-1].parent if found else None
 
 
-def resumable_run_dir(log_dir: str | Path) -> Path | None:
-    """A run directory of an earlier, interrupted attempt that holds a checkpoint (``--resume`` it)."""
+def preempted_at(log_dir: str | Path) -> tuple[Path, int] | None:
+    """An earlier, interrupted attempt's run directory and the iteration it checkpointed when it was
+    stopped (SIGTERM: our worker checkpoints, records ``preempted`` in summary.json, exits 75)."""
     run_dir = find_run_dir(log_dir)
-    return run_dir if run_dir is not None and latest_checkpoint(run_dir).is_file() else None
+    if run_dir is None or not latest_checkpoint(run_dir).is_file():
+        return None
+    preempted = (read_summary(run_dir) or {}).get("preempted") or {}
+    iteration = preempted.get("iteration")
+    return (run_dir, iteration) if isinstance(iteration, int) else None
+
+
+def continuation_argv(
+    argv: Sequence[str], log_dir: str | Path, target_iteration: int | None
+) -> tuple[list[str], str | None]:
+    """The argv that finishes a trial: ``--resume RUN_DIR --max-iterations <what is left>`` when an
+    earlier attempt was stopped after a checkpoint (``--resume`` alone would train the whole count
+    again), else the trial's own argv (a new run directory). Also returns the run directory resumed."""
+    found = preempted_at(log_dir) if target_iteration is not None else None
+    if found is None or target_iteration is None or found[1] >= target_iteration:
+        return list(argv), None
+    run_dir, iteration = found
+    resume = [
+        argv[0],
+        "-m",
+        CLI_MODULE,
+        "--resume",
+        str(run_dir),
+        "--max-iterations",
+        str(target_iteration - iteration),
+    ]
+    return resume, str(run_dir)
 
 
 class TrialProcess:
@@ -164,14 +195,21 @@ class TrialProcess:
 
 
 def stop_group(pgid: int, grace_s: float, ended: Any) -> None:
-    """SIGTERM to process group ``pgid``, then SIGKILL to whatever of it is left after ``grace_s``."""
+    """SIGTERM to process group ``pgid`` (islab-train: finish the iteration, checkpoint, stop), then
+    SIGKILL to it and to every process below it after ``grace_s``. islab-train starts torchrun and
+    torchrun the ranks each in a session of their own, out of reach of ``killpg``: the tree is read
+    from /proc first (:func:`islab.launcher.processes.process_tree`), so a SIGKILL cannot orphan them."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and not ended():
         time.sleep(0.1)
+    below = process_tree([pgid])
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)  # the ranks too, when islab-train itself is gone already
+        os.killpg(pgid, signal.SIGKILL)
+    for pid in below:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def stop_leftovers(log_dirs: Iterable[str | Path], grace_s: float = STOP_GRACE_S) -> list[int]:
@@ -184,9 +222,9 @@ def stop_leftovers(log_dirs: Iterable[str | Path], grace_s: float = STOP_GRACE_S
             pgid = int(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if _group_alive(pgid):
+        if _group_alive(pgid) or process_tree([pgid]):
             alive.append(pgid)
-            stop_group(pgid, grace_s, lambda pgid=pgid: not _group_alive(pgid))
+            stop_group(pgid, grace_s, lambda pgid=pgid: not _group_alive(pgid) and not process_tree([pgid]))
         path.unlink(missing_ok=True)
     return alive
 
