@@ -61,20 +61,25 @@ def remaining(plan: SweepPlan, records: Mapping[str, Mapping[str, Any]]) -> list
     return [trial for trial in plan.trials if records.get(trial.id, {}).get("status") not in TERMINAL_STATUSES]
 
 
-def start_ray(address: str | None) -> None:
+def start_ray(address: str | None, attempts: int = 3) -> None:
+    """Start the embedded Ray, or connect to ``address``. Ray gives a starting node a fixed 30 s to
+    register with its GCS; on a machine under heavy load that can pass, so it is tried again."""
     import ray
 
     quiet = {"logging_level": logging.ERROR, "log_to_driver": False, "configure_logging": True}
-    if address is None:
-        ray.init(
-            num_cpus=os.cpu_count() or 1,
-            num_gpus=visible_gpu_count(),
-            include_dashboard=False,
-            object_store_memory=EMBEDDED_OBJECT_STORE_BYTES,
-            **quiet,
-        )
-    else:
-        ray.init(address=address, **quiet)
+    for attempt in range(1, attempts + 1):
+        try:
+            if address is None:
+                ray.init(num_cpus=os.cpu_count() or 1, num_gpus=visible_gpu_count(), include_dashboard=False,
+                         object_store_memory=EMBEDDED_OBJECT_STORE_BYTES, **quiet)  # fmt: skip
+            else:
+                ray.init(address=address, **quiet)
+            return
+        except Exception as exc:  # Ray raises a bare Exception for this
+            if "timed out during startup" not in str(exc) or attempt == attempts:
+                raise
+            ray.shutdown()
+            print(f"islab-train sweep: Ray did not start in time (attempt {attempt}); trying again", file=sys.stderr)
 
 
 def cluster_fit_issues(loaded: LoadedSweep) -> list[Issue]:
