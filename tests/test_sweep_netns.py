@@ -43,6 +43,9 @@ def node_env() -> dict[str, str]:
     src = str(Path(__file__).resolve().parents[1] / "src")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
     env.pop("RAY_ADDRESS", None)
+    # Ray turns token authentication on by itself where ~/.ray/auth_token exists (an earlier local
+    # Ray may have written it); the two nodes and the driver must agree: off, on a private network.
+    env["RAY_AUTH_MODE"] = "disabled"
     return env
 
 
