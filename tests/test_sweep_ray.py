@@ -115,7 +115,7 @@ def _sweep_processes(root: Path) -> list[psutil.Process]:
 
 
 def test_ctrl_c_stops_every_process_and_resume_finishes_the_rest(tmp_path):
-    """Three trials, two at a time: Ctrl-C once one has finished and the third trains. Nothing of
+    """Three trials, two at a time: Ctrl-C once one has finished and another trains (iteration <= 10 of 25). Nothing of
     the sweep is left running (trials, ranks, Ray); --resume keeps the finished trial and runs the others."""
     path = write_sweep(tmp_path, seeds=3, max_concurrent=2, run={**RUN, "max_iterations": 25, "num_envs": 64})
     sweep = subprocess.Popen(
@@ -129,10 +129,11 @@ def test_ctrl_c_stops_every_process_and_resume_finishes_the_rest(tmp_path):
             assert sweep.poll() is None, sweep.stdout.read()
             trials = tmp_path.glob("logs/sweeps/*/*/trials/*")
             records = [trial for trial in trials if (trial / "trial.json").exists()]
-            training = [
+            training = [  # under way, and far from its last iteration
                 trial
                 for trial in tmp_path.glob("logs/sweeps/*/*/trials/*")
-                if not (trial / "trial.json").exists() and any(trial.glob("*/*/*/progress.jsonl"))
+                if not (trial / "trial.json").exists()
+                and any(1 <= len(p.read_text().splitlines()) <= 10 for p in trial.glob("*/*/*/progress.jsonl"))
             ]
             return len(records) >= 1 and len(training) >= 1
 
