@@ -67,6 +67,8 @@ def one_repeat(args: argparse.Namespace, work: Path) -> dict[str, float | None]:
     }))  # fmt: skip
     cli = [sys.executable, "-m", "islab.cli"]
     sweep_wall, sweep_first, sweep_code = timed([*cli, "sweep", str(sweep_file)], work, work / "logs")
+    if sweep_code:
+        raise SystemExit(f"the sweep failed (exit {sweep_code}); see {work}")
     plan = json.loads(
         subprocess.run([*cli, "sweep", str(sweep_file), "--dry-run", "--json"], cwd=work, capture_output=True,
                        text=True, check=True).stdout
