@@ -60,7 +60,7 @@ def test_grid_sweep_trains_two_at_a_time_reports_a_failed_trial_and_summarizes(t
         max_concurrent=2,
     )
     result = subprocess.run(
-        sweep_command(str(path), "--json"), capture_output=True, text=True, cwd=tmp_path, timeout=540
+        sweep_command(str(path), "--json"), capture_output=True, text=True, cwd=tmp_path, timeout=900
     )
     assert result.returncode == 1, result.stderr[-4000:]
     sweep_dir = sweep_dir_of(tmp_path)
@@ -195,7 +195,7 @@ def test_optuna_with_asha_runs_its_samples_and_stops_within_bounds(tmp_path):
         max_concurrent=2,
         run={**RUN, "max_iterations": 6},
     )
-    result = subprocess.run(sweep_command(str(path)), capture_output=True, text=True, cwd=tmp_path, timeout=400)
+    result = subprocess.run(sweep_command(str(path)), capture_output=True, text=True, cwd=tmp_path, timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
     summary = json.loads((sweep_dir_of(tmp_path) / "sweep.json").read_text())
     assert len(summary["trials"]) == 3

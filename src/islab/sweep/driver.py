@@ -17,6 +17,7 @@ Exit status: 0 every trial finished, 1 a trial failed, 130 interrupted (resume i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -27,6 +28,7 @@ from typing import Any
 
 from islab.launcher.issues import Issue
 from islab.launcher.probes import visible_gpu_count
+from islab.launcher.processes import process_tree
 from islab.sweep.live import TrialBoard
 from islab.sweep.load import LoadedSweep, fit_issues
 from islab.sweep.summary import TERMINAL_STATUSES, read_records
@@ -80,6 +82,14 @@ def start_ray(address: str | None, attempts: int = 3) -> None:
                 raise
             ray.shutdown()
             print(f"islab-train sweep: Ray did not start in time (attempt {attempt}); trying again", file=sys.stderr)
+
+
+def kill_descendants() -> None:
+    """What the embedded Ray left running below this process (a GCS server of a start attempt that
+    timed out survives ray.shutdown()): nothing the sweep started may outlive it."""
+    for pid in process_tree([os.getpid()]):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def cluster_fit_issues(loaded: LoadedSweep) -> list[Issue]:
@@ -140,6 +150,8 @@ def run_sweep(loaded: LoadedSweep, plan: SweepPlan, *, address: str | None, cwd:
     finally:
         ray.shutdown()
         stop_leftovers(trial.log_dir for trial in todo)
+        if address is None:
+            kill_descendants()
     if interrupted:
         return 130
     records = read_records(plan.sweep_dir)
