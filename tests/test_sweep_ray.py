@@ -205,6 +205,7 @@ def test_optuna_with_asha_runs_its_samples_and_stops_within_bounds(tmp_path):
         assert trial["config"]["algorithm.entropy_coef"] in (0.0, 0.01)
         assert "algorithm.learning_rate=" in trial["command"] and "algorithm.entropy_coef=" in trial["command"]
     assert summary["best"]["config"] == summary["configs"][0]["config"]
+    assert "algorithm.learning_rate=" in summary["best"]["command"]
 
 
 @pytest.fixture(autouse=True)

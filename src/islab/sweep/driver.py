@@ -195,7 +195,7 @@ def _fit(
 
         scheduler = ASHAScheduler(
             time_attr="iteration",
-            max_t=max(loaded.base.max_iterations, 1),
+            max_t=loaded.base.max_iterations + 1,  # a trial that reaches its end finishes by itself
             grace_period=spec.asha.grace_period,
             reduction_factor=spec.asha.reduction_factor,
         )

@@ -26,7 +26,7 @@ class Recorder(tune.Callback):
         self.trial_for = trial_for
         self.curves: dict[str, list[list[Any]]] = {}
         self.written: set[str] = set()
-        self.stopped: dict[str, Mapping[str, Any]] = {}  # ended without an outcome: last result
+        self.stopped: dict[str, tuple[Trial, Mapping[str, Any]]] = {}  # ended without an outcome: last result
 
     def __getstate__(self) -> dict[str, Any]:
         """Tune pickles its callbacks into the experiment state (for Tune's own restore, which the
@@ -66,7 +66,7 @@ class Recorder(tune.Callback):
         if "trial_status" in last:
             self._write(ours, last, status=last["trial_status"])
         elif ours.id not in self.written:
-            self.stopped[ours.id] = last
+            self.stopped[ours.id] = (ours, last)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         ours = self._trial(trial)
@@ -79,10 +79,7 @@ class Recorder(tune.Callback):
 
     def settle(self, *, interrupted: bool) -> None:
         """After Tune: trials a scheduler stopped are finished early; after Ctrl-C they are unfinished."""
-        for trial_id, last in self.stopped.items():
-            ours = self.trial_for({"trial": trial_id}) if "config_islab" not in last else None
-            if ours is None:
-                ours = Trial(trial_id, -1, last["config_islab"], last["seed"], "", ())
+        for trial_id, (ours, last) in self.stopped.items():
             if interrupted:
                 self.board.update(trial_id, status="stopped")
                 continue

@@ -84,7 +84,11 @@ def summarize(records: Iterable[Mapping[str, Any]], *, mode: str, commands: Mapp
     if configs and configs[0]["metric_mean"] is not None:
         top = configs[0]
         first = min((t for t in trials if t["id"] in top["trials"]), key=lambda t: t["seed"])
-        best = {"config": top["config"], "metric_mean": top["metric_mean"], "command": commands.get(first["id"])}
+        best = {
+            "config": top["config"],
+            "metric_mean": top["metric_mean"],
+            "command": commands.get(first["id"]) or first.get("command"),
+        }
     return {"trials": [dict(t) for t in trials], "configs": configs, "best": best}
 
 
