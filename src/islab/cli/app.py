@@ -67,7 +67,7 @@ PROG = "islab-train"
 GPUS_ALL_ASSUMED = "no CUDA device is visible here, so this plan assumes 1 GPU per node"
 
 # The subcommands beside the training command (islab.cli.commands registers each; --help lists them).
-SUBCOMMANDS = ("doctor", "sbatch", "tasks", "play", "export")
+SUBCOMMANDS = ("doctor", "sbatch", "tasks", "play", "export", "sweep")
 
 EPILOG = f"""\
 [bold]Examples[/bold]

@@ -1,5 +1,6 @@
 """The subcommands: ``doctor`` (pre-flight checks), ``sbatch`` (a SLURM batch script), ``tasks``,
-``play`` and ``export`` (a trained run: :mod:`islab.policy.cli_commands`).
+``play`` and ``export`` (a trained run: :mod:`islab.policy.cli_commands`), ``sweep`` (many runs on
+Ray Tune: :mod:`islab.sweep`).
 
 ``doctor`` and ``sbatch`` take the training command's spec options (the option table of
 :mod:`islab.cli.options`), so option names, help, environment variables and validation stay one
@@ -316,3 +317,37 @@ def play_command(
 )
 def export_command(run_dir: RUN_DIR_ARGUMENT, checkpoint: CHECKPOINT_OPTION = "latest") -> None:
     raise typer.Exit(policy_commands.export_command(run_dir, checkpoint=checkpoint))
+
+
+@commands.command(
+    "sweep",
+    help="Run many islab-train runs from SWEEP.yaml on Ray Tune: seeds x agent-config searches (grid, random, "
+    "optuna), several trials at once, one summary (sweep.json, summary.md, curves.png). Needs the [sweep] extra "
+    "except for --dry-run. Example: islab-train sweep configs/sweeps/cartpole-lr.yaml --dry-run. "
+    "Exit codes: 0 all trials finished, 1 a trial failed, 2 bad input (nothing started), 130 interrupted "
+    "(continue with --resume SWEEP_DIR). Reference: docs/SWEEPS.md.",
+)
+def sweep_command(
+    sweep_file: Annotated[
+        Path | None, typer.Argument(help="The sweep file (see configs/sweeps/).", show_default=False)
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print every trial's command; start nothing.")] = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print JSON: the plan (with --dry-run) or sweep.json at the end.")
+    ] = False,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            help="HOST:PORT of an existing Ray cluster's head (default: an embedded local Ray).", metavar="HOST:PORT"
+        ),
+    ] = None,
+    resume: Annotated[
+        Path | None,
+        typer.Option(help="Continue the sweep in SWEEP_DIR: trials without a result run (again).", metavar="SWEEP_DIR"),
+    ] = None,
+) -> None:
+    from islab.sweep.command import sweep_main
+
+    raise typer.Exit(
+        sweep_main(sweep_file, resume=resume, dry_run_only=dry_run, json_output=json_output, ray_address=ray_address)
+    )

@@ -1,0 +1,283 @@
+"""Running a planned sweep on Ray Tune: where Ray runs, how trials are fed to Tune, how it ends.
+
+* Ray: an embedded local instance by default (this machine's cores and GPUs, no dashboard,
+  stopped at the end), or an existing cluster with ``--ray-address`` / ``ray: {address: ...}``
+  (nodes started with ``ray start``, a SLURM job, KubeRay). There every node must see the sweep
+  directory at the same path (a shared filesystem) and have islab-train installed.
+* Tune: grid and random sweeps hand Tune the planned trial ids (a grid over them), so Tune only
+  schedules; Optuna proposes configurations (each repeated once per seed by Ray's ``Repeater``).
+  ASHA, when asked, stops weak trials early on the metric.
+* The end: each trial's record is written as it ends (:mod:`islab.sweep.summary`). Ctrl-C: Tune
+  stops every trial (their islab-train process groups get SIGTERM: they checkpoint and stop);
+  Ray is shut down; any process group still alive is stopped. ``--resume SWEEP_DIR`` then runs
+  the trials without a record, continuing those that left a checkpoint.
+
+Exit status: 0 every trial finished, 1 a trial failed, 130 interrupted (resume it), 2 nothing could start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from islab.doctor.probes import visible_gpu_count
+from islab.run.processes import process_tree
+from islab.spec.issues import Issue
+from islab.sweep.live import TrialBoard
+from islab.sweep.load import LoadedSweep, fit_issues
+from islab.sweep.summary import TERMINAL_STATUSES, read_records
+from islab.sweep.trial_process import ProgressSource, stop_leftovers
+from islab.sweep.trials import SweepPlan, Trial, trial_env
+
+EMBEDDED_OBJECT_STORE_BYTES = 100 * 1024 * 1024  # trials pass no data through Ray: keep /dev/shm free
+TUNE_DIR = "ray"
+
+
+class Interrupted(Exception):
+    """Ctrl-C reached the sweep (Tune stopped the trials)."""
+
+
+def progress_source(loaded: LoadedSweep) -> ProgressSource:
+    """Our worker writes progress.jsonl; an entry point's progress is its TensorBoard events (under
+    the run directory, or where a preset's script writes them)."""
+    from datetime import datetime
+
+    from islab.plan.plan import build_plan as build_launch_plan
+
+    base = loaded.base
+    if base.entrypoint is None:
+        return ProgressSource()
+    launch = build_launch_plan(base, now=datetime.now(), free_port=29500)
+    root = None if launch.events_root == launch.run_dir else launch.events_root
+    return ProgressSource(events=True, events_root=root, library=launch.events_library)
+
+
+def remaining(plan: SweepPlan, records: Mapping[str, Mapping[str, Any]]) -> list[Trial]:
+    """The planned trials without a finished or failed record (all of them in a new sweep)."""
+    return [trial for trial in plan.trials if records.get(trial.id, {}).get("status") not in TERMINAL_STATUSES]
+
+
+def start_ray(address: str | None, attempts: int = 3) -> None:
+    """Start the embedded Ray, or connect to ``address``. Ray gives a starting node a fixed 30 s to
+    register with its GCS; on a machine under heavy load that can pass, so it is tried again."""
+    import ray
+
+    quiet = {"logging_level": logging.ERROR, "log_to_driver": False, "configure_logging": True}
+    for attempt in range(1, attempts + 1):
+        try:
+            if address is None:
+                ray.init(num_cpus=os.cpu_count() or 1, num_gpus=visible_gpu_count(), include_dashboard=False,
+                         object_store_memory=EMBEDDED_OBJECT_STORE_BYTES, **quiet)  # fmt: skip
+            else:
+                ray.init(address=address, **quiet)
+            return
+        except Exception as exc:  # Ray raises a bare Exception for this
+            if "timed out during startup" not in str(exc) or attempt == attempts:
+                raise
+            ray.shutdown()
+            print(f"islab-train sweep: Ray did not start in time (attempt {attempt}); trying again", file=sys.stderr)
+
+
+def kill_descendants() -> None:
+    """What the embedded Ray left running below this process (a GCS server of a start attempt that
+    timed out survives ray.shutdown()): nothing the sweep started may outlive it."""
+    for pid in process_tree([os.getpid()]):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def cluster_fit_issues(loaded: LoadedSweep) -> list[Issue]:
+    """Against a running cluster: does one trial fit on at least one of its nodes?"""
+    import ray
+
+    nodes = [node for node in ray.nodes() if node.get("Alive")]
+    best: list[Issue] | None = None
+    for node in nodes:
+        resources = node.get("Resources", {})
+        issues = fit_issues(
+            loaded.resources,
+            nproc_per_node=loaded.base.nproc_per_node,
+            device=loaded.base.device,
+            cpus=resources.get("CPU", 0),
+            gpus=resources.get("GPU", 0),
+            where=f"Ray node {node.get('NodeManagerAddress')}",
+        )
+        if not issues:
+            return []
+        best = issues if best is None or len(issues) < len(best) else best
+    return best or [Issue("--ray-address", "the Ray cluster has no live node", "Start its nodes with ray start")]
+
+
+def run_sweep(loaded: LoadedSweep, plan: SweepPlan, *, address: str | None, cwd: str, board_out: Any = None) -> int:
+    """Run the trials of ``plan`` that have no record yet; returns the exit status."""
+    import ray
+
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # A trial's results lack the metric until its first iteration, and heartbeats never carry one.
+    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+    records = read_records(plan.sweep_dir)
+    todo = remaining(plan, records)
+    finished = {trial.id for trial in plan.trials} - {trial.id for trial in todo}
+    board = TrialBoard(
+        plan.trials if loaded.spec.searcher != "optuna" else [t for t in plan.trials if t.id in finished],
+        board_out,
+        title=f"islab-train sweep {loaded.name}: {plan.sweep_dir}",
+    )
+    for trial_id in finished:
+        record = records[trial_id]
+        board.update(trial_id, status=record["status"], metric=record.get("metric"), node=record.get("node"))
+    if not todo:
+        return 1 if any(record["status"] == "failed" for record in records.values()) else 0
+
+    start_ray(address)
+    interrupted = False
+    try:
+        if address is not None:
+            issues = cluster_fit_issues(loaded)
+            if issues:
+                for issue in issues:
+                    print(issue.message(), file=sys.stderr)
+                print("islab-train sweep: nothing was started.", file=sys.stderr)
+                return 2
+        with board:
+            interrupted = _fit(loaded, plan, todo, records, board, cwd)
+    finally:
+        ray.shutdown()
+        stop_leftovers(trial.log_dir for trial in todo)
+        if address is None:
+            kill_descendants()
+    if interrupted:
+        return 130
+    records = read_records(plan.sweep_dir)
+    if any(record["status"] == "failed" for record in records.values()):
+        return 1
+    return 0 if all(trial.id in records for trial in plan.trials) or loaded.spec.searcher == "optuna" else 130
+
+
+def _fit(
+    loaded: LoadedSweep, plan: SweepPlan, todo: list[Trial], records: Mapping[str, Any], board: TrialBoard, cwd: str
+) -> bool:
+    """Tune over ``todo``; True when Ctrl-C interrupted it."""
+    from ray import tune
+
+    from islab.sweep.trainable import IslabTrial, SweepContext
+
+    spec = loaded.spec
+    context = SweepContext(
+        trials={trial.id: trial for trial in plan.trials},
+        cwd=cwd,
+        metric=spec.metric.name,
+        over_last=spec.metric.over_last,
+        source=progress_source(loaded),
+        sweep_dir=plan.sweep_dir,
+        python=plan.trials[0].argv[0],
+        run=dict(spec.run),
+        cluster_file=loaded.cluster_file,
+        seeds=tuple(spec.seed_list),
+        env=trial_env(spec, spec.run, loaded.base.device, loaded.base.nproc_per_node),
+        search_keys=tuple(spec.search),
+        max_iterations=loaded.base.max_iterations if loaded.base.total_env_steps is None else None,
+    )
+    trainable = tune.with_resources(
+        tune.with_parameters(IslabTrial, context=context), {"cpu": plan.resources.cpu, "gpu": plan.resources.gpu}
+    )
+    search_alg, param_space, num_samples = _search(loaded, todo, records)
+    recorder = _recorder(plan.sweep_dir, board, context.trial_for)
+    scheduler = None
+    if spec.scheduler == "asha":
+        from ray.tune.schedulers import ASHAScheduler
+
+        scheduler = ASHAScheduler(
+            time_attr="iteration",
+            max_t=loaded.base.max_iterations + 1,  # a trial that reaches its end finishes by itself
+            grace_period=spec.asha.grace_period,
+            reduction_factor=spec.asha.reduction_factor,
+        )
+    ranked = scheduler is not None or search_alg is not None
+    storage = Path(plan.sweep_dir, TUNE_DIR).absolute()
+    attempt = len(list(storage.glob("tune-*"))) if storage.exists() else 0
+    tuner = tune.Tuner(
+        trainable,
+        param_space=param_space,
+        tune_config=tune.TuneConfig(
+            num_samples=num_samples,
+            max_concurrent_trials=spec.max_concurrent,
+            scheduler=scheduler,
+            search_alg=search_alg,
+            metric="metric" if ranked else None,
+            mode=spec.metric.mode if ranked else None,
+        ),
+        run_config=tune.RunConfig(
+            name=f"tune-{attempt}",
+            storage_path=str(storage),
+            verbose=0,
+            callbacks=[recorder],
+            failure_config=tune.FailureConfig(max_failures=0),
+            checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False),
+        ),
+    )
+    sentinel = _install_sentinel()
+    try:
+        tuner.fit()
+        interrupted = signal.getsignal(signal.SIGINT) is sentinel and not os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    recorder.settle(interrupted=interrupted)
+    return interrupted
+
+
+def _install_sentinel() -> Callable[..., None]:
+    """Tune replaces the SIGINT handler during fit() and puts the previous one back only when a
+    SIGINT arrived: finding ours in place afterwards tells that the sweep was interrupted. A second
+    Ctrl-C reaches it and stops at once (the safety net still stops the trials' processes)."""
+
+    def on_second_interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_second_interrupt)
+    return on_second_interrupt
+
+
+def _search(loaded: LoadedSweep, todo: list[Trial], records: Mapping[str, Any]) -> tuple[Any, dict[str, Any], int]:
+    """(search algorithm, param space, num_samples) for Tune."""
+    from ray import tune
+
+    spec = loaded.spec
+    if spec.searcher != "optuna":
+        return None, {"trial": tune.grid_search([trial.id for trial in todo])}, 1
+    from ray.tune.search import Repeater
+    from ray.tune.search.optuna import OptunaSearch
+
+    space = {key: _tune_space(value) for key, value in spec.search.items()}
+    done_configs = {tuple(sorted(r["config"].items())) for r in records.values() if r["status"] in TERMINAL_STATUSES}
+    configs_left = max((spec.samples or 1) - len(done_configs), 0)
+    searcher = OptunaSearch(metric="metric", mode=spec.metric.mode, seed=spec.search_seed)
+    return Repeater(searcher, repeat=len(spec.seed_list)), space, configs_left * len(spec.seed_list)
+
+
+def _tune_space(space: Any) -> Any:
+    from ray import tune
+
+    if isinstance(space, list):
+        return tune.choice(space)
+    low_high = list(space.bounds)
+    return {
+        "uniform": lambda: tune.uniform(*low_high),
+        "loguniform": lambda: tune.loguniform(*low_high),
+        "randint": lambda: tune.randint(*low_high),
+        "choice": lambda: tune.choice(low_high),
+    }[space.kind]()
+
+
+def _recorder(sweep_dir: str, board: TrialBoard, trial_for: Callable[[Mapping[str, Any]], Trial]) -> Any:
+    from islab.sweep.recorder import Recorder
+
+    return Recorder(sweep_dir, board, trial_for)

@@ -1,0 +1,239 @@
+"""Reading SWEEP.yaml and checking it against the disk and the machine, before anything starts.
+
+Three kinds of mistakes are caught here, each as ``error: <file>: <field>: <problem>. <fix>.``
+(exit 2, nothing started):
+
+* the file's shape (:class:`islab.sweep.schema.SweepSpec`: unknown keys, types, bad bounds);
+* the base run and every configuration, resolved exactly as islab-train resolves its command line
+  (:func:`islab.resolve.resolve.resolve_spec`): unknown spec fields, and override keys the agent
+  config does not have (checked against the library's YAML by :mod:`islab.spec.agent_config`);
+* resources: a trial that cannot fit one node (more GPUs or cores than it has, ranks sharing a GPU).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from islab.resolve.resolve import Provided, ResolvedSpec, resolve_spec
+from islab.spec.issues import Issue, SpecError, suggest
+from islab.spec.run_spec import RunSpec
+from islab.sweep.schema import Distribution, SweepSpec
+from islab.sweep.trials import (
+    Resources,
+    configurations,
+    draw,
+    flatten_run,
+    override_text,
+    resources_of,
+    run_options,
+)
+
+SWEEP_KEYS = tuple(SweepSpec.model_fields)
+
+
+@dataclass(frozen=True)
+class LoadedSweep:
+    """A checked sweep: its schema, the resolved base run, and where the file was."""
+
+    spec: SweepSpec
+    base: RunSpec
+    name: str
+    source: str  # the SWEEP.yaml path as given (for messages)
+    cluster_file: str | None  # run.cluster, made absolute (the trials run from the sweep's cwd)
+
+    @property
+    def resources(self) -> Resources:
+        return resources_of(self.spec, self.base.device, self.base.nproc_per_node)
+
+
+def read_sweep_file(path: Path) -> dict[str, Any]:
+    label = str(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError(
+            Issue(label, "the file does not exist", "Check the path (configs/sweeps/ has examples)")
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(Issue(label, f"cannot read the file ({exc})", "Check the path and its permissions")) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecError(Issue(label, f"malformed YAML{where}", "Fix the YAML syntax there")) from None
+    if not isinstance(data, dict):
+        raise SpecError(Issue(label, "a sweep file is a mapping", "Start from configs/sweeps/cartpole-lr.yaml"))
+    return data
+
+
+def parse_sweep(data: Mapping[str, Any], label: str) -> SweepSpec:
+    try:
+        return SweepSpec.model_validate(dict(data))
+    except ValidationError as exc:
+        errors = exc.errors()
+        # A search value is a list or a distribution: when it is a distribution with a problem of
+        # its own, the "not a list" error of the other branch only adds noise.
+        ruled = {
+            tuple(err["loc"][:2]) for err in errors if err["type"] == "spec_rule" and err["loc"][:1] == ("search",)
+        }
+        errors = [err for err in errors if err["type"] == "spec_rule" or tuple(err["loc"][:2]) not in ruled]
+        issues = list(dict.fromkeys(_issue(err, label) for err in errors))
+        raise SpecError(issues) from None
+
+
+def _issue(err: Mapping[str, Any], label: str) -> Issue:
+    loc = [str(part) for part in err["loc"] if not str(part).startswith(("list[", "tuple[", "function-", "Annotated"))]
+    kind, ctx = err["type"], err.get("ctx") or {}
+    if kind == "spec_rule":
+        where = ".".join(loc[:2]) if loc[:1] == ["search"] else ctx["field"]
+        if loc[:1] == ["search"] and ctx["field"] in ("distribution", "uniform", "loguniform", "randint"):
+            where = f"search.{loc[1]}"
+        return Issue(f"{label}: {where}", ctx["problem"], ctx["fix"])
+    dotted = ".".join(loc) or "sweep"
+    if kind == "extra_forbidden":
+        parent = loc[:-1]
+        known = list(SweepSpec.model_fields) if not parent else _fields_under(parent)
+        hint = suggest(loc[-1], known)
+        return Issue(f"{label}: {dotted}", "unknown key", f"{hint + ' ' if hint else ''}Valid keys: {', '.join(known)}")
+    return Issue(f"{label}: {dotted}", str(err.get("msg", "invalid value")), "See docs/SWEEPS.md for the format")
+
+
+def _fields_under(parent: list[str]) -> list[str]:
+    model: Any = SweepSpec
+    for part in parent:
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:  # search.<key>: a distribution
+            return list(Distribution.model_fields)
+        model = field.annotation
+    return list(getattr(model, "model_fields", {}))
+
+
+def load_sweep(path: Path, *, name: str | None = None, cluster_file: str | None = None) -> LoadedSweep:
+    """SWEEP.yaml -> a checked sweep, or :class:`SpecError` (the command prints it and exits 2).
+    ``run.cluster`` is relative to the file (``cluster_file``: already resolved, for --resume)."""
+    label = path.name
+    spec = parse_sweep(read_sweep_file(path), label)
+    cluster = spec.run.get("cluster")
+    if cluster is not None and cluster_file is None:
+        cluster_file = str((path.parent / str(cluster)).absolute())
+    base = resolve_trial(spec, label, cluster_file, configurations_to_check(spec)[0]).spec
+    if base.nnodes > 1:
+        raise SpecError(
+            Issue(
+                f"{label}: run.nnodes",
+                f"the base run spans {base.nnodes} nodes",
+                "A trial is a one-node job (nproc_per_node ranks); Ray places trials on nodes",
+            )
+        )
+    for config in configurations_to_check(spec)[1:]:
+        resolve_trial(spec, label, cluster_file, config)
+    return LoadedSweep(
+        spec=spec, base=base, name=name or spec.name or path.stem, source=str(path), cluster_file=cluster_file
+    )
+
+
+def configurations_to_check(spec: SweepSpec) -> list[dict[str, Any]]:
+    """Every planned configuration; for Optuna, which chooses while it runs, one per search value
+    kind (a list's every value, a distribution's bounds), so each key is checked once."""
+    if spec.searcher != "optuna":
+        return configurations(spec) or [{}]
+    rng = random.Random(spec.search_seed)
+    return [{key: draw(space, rng) for key, space in spec.search.items()} for _ in range(1)] + [
+        {key: value} for key, space in spec.search.items() if isinstance(space, list) for value in space
+    ]
+
+
+def resolve_trial(spec: SweepSpec, label: str, cluster_file: str | None, config: Mapping[str, Any]) -> ResolvedSpec:
+    """One trial's spec, resolved as islab-train resolves its command line: the same checks, the
+    same messages, each naming where in SWEEP.yaml the value came from."""
+    layer: dict[str, Provided] = {}
+    for key, value in flatten_run(spec.run).items():
+        if key == "cluster":
+            continue
+        if key.startswith("entrypoint."):
+            layer["entrypoint"] = Provided({key.split(".", 1)[1]: value}, f"{label}: run.entrypoint")
+            continue
+        if key in ("overrides", "args") and isinstance(value, list):
+            value = tuple(value)
+        layer[key] = Provided(value, f"{label}: run.{key}")
+    overrides = [str(item) for item in spec.run.get("overrides") or ()]
+    overrides += [override_text(key, value) for key, value in config.items()]
+    if overrides:
+        origin = f"{label}: search" if config else f"{label}: run.overrides"
+        layer["overrides"] = Provided(tuple(overrides), origin)
+    layer["seed"] = Provided(spec.seed_list[0], f"{label}: seeds")
+    try:
+        resolved = resolve_spec(layer, None, Path(cluster_file) if cluster_file else None)
+        run_options(spec.run, cluster_file)
+    except SpecError as exc:
+        raise SpecError([_sweep_issue(issue, label, spec) for issue in exc.issues]) from None
+    except KeyError as exc:  # a spec field without a command-line option: it cannot be a trial's argument
+        raise SpecError(
+            Issue(
+                f"{label}: run.{exc.args[0]}",
+                "has no islab-train option, so a trial command cannot set it",
+                "Put it in a cluster file and give run: {cluster: FILE}",
+            )
+        ) from None
+    return resolved
+
+
+def _sweep_issue(issue: Issue, label: str, spec: SweepSpec) -> Issue:
+    """A message from the run's resolution, named after SWEEP.yaml (an override's error names its search key)."""
+    if issue.field.startswith(label):
+        return issue
+    if issue.field.startswith("override '"):
+        key = issue.field.split("'")[1].split("=")[0]
+        where = f"search.{key}" if key in spec.search else "run.overrides"
+        return Issue(f"{label}: {where}", issue.problem, issue.fix)
+    return Issue(f"{label}: run ({issue.field})", issue.problem, issue.fix)
+
+
+def fit_issues(
+    resources: Resources, *, nproc_per_node: int, device: str, cpus: float, gpus: float, where: str
+) -> list[Issue]:
+    """Why one trial cannot run on a node with ``cpus`` cores and ``gpus`` GPUs (empty: it fits)."""
+    issues = []
+    if device == "cuda":
+        if resources.gpu > 1 and not float(resources.gpu).is_integer():
+            issues.append(
+                Issue(
+                    "trials_per_gpu",
+                    f"a trial would get {resources.gpu:g} GPUs (nproc_per_node "
+                    f"{nproc_per_node} / trials_per_gpu); above one GPU a trial needs whole GPUs",
+                    "Choose trials_per_gpu so that nproc_per_node / trials_per_gpu is a whole number",
+                )
+            )
+        if nproc_per_node > 1 and resources.gpu < nproc_per_node:
+            issues.append(
+                Issue(
+                    "trials_per_gpu",
+                    f"the {nproc_per_node} ranks of a trial would share "
+                    f"{resources.gpu:g} GPU(s); NCCL needs a GPU per rank",
+                    "Use trials_per_gpu: 1 (or fewer) for multi-rank trials, or nproc_per_node: 1",
+                )
+            )
+        if resources.gpu > gpus:
+            issues.append(
+                Issue(
+                    "trials_per_gpu",
+                    f"a trial needs {resources.gpu:g} GPU(s) (nproc_per_node "
+                    f"{nproc_per_node} / trials_per_gpu), but {where} has {gpus:g}",
+                    "Raise trials_per_gpu, lower nproc_per_node, or run on a node with more GPUs",
+                )
+            )
+    if resources.cpu > cpus:
+        issues.append(
+            Issue(
+                "cpus_per_trial" if device == "cpu" else "run.nproc_per_node",
+                f"a trial needs {resources.cpu:g} CPU core(s), but {where} has {cpus:g}",
+                "Lower cpus_per_trial (or nproc_per_node)",
+            )
+        )
+    return issues
