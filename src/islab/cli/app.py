@@ -25,6 +25,7 @@ from typing import Any, NoReturn
 import typer
 
 from islab.cli.options import BY_NAME, OPTIONS, signature
+from islab.k8s import allocation as k8s_allocation
 from islab.launcher import doctor, doctor_report, slurm
 from islab.launcher import plan as planner
 from islab.launcher.addresses import split_host_port
@@ -78,8 +79,8 @@ EPILOG = """\
   [dim]# which tasks exist, and for which libraries[/dim]
   islab-train tasks
 
-Commands: islab-train doctor | sbatch | tasks (each has --help).
-Precedence: command line > SLURM allocation (--slurm / under srun) > ISLAB_* environment
+Commands: islab-train doctor | sbatch | k8s | tasks (each has --help).
+Precedence: command line > SLURM / Kubernetes allocation (--slurm, --k8s) > ISLAB_* environment
 > --cluster YAML > defaults.
 Exit codes: 0 ok / dry run, 2 bad spec (nothing started), else the training's status
 (signal N -> 128+N; Ctrl-C -> 130; SIGTERM/SIGUSR1 -> checkpoint, then 75). Reference: docs/CLI.md.
@@ -124,7 +125,7 @@ def resolve(ctx: typer.Context, options: dict[str, Any], *, slurm_layer: Any = N
     try:
         cli_layer, env_layer = _layers(ctx, options)
         _apply_gpus(ctx, options.get("gpus"), cli_layer, env_layer)
-        slurm_layer = slurm_layer or _slurm_layer(options.get("slurm"))
+        slurm_layer = slurm_layer or _slurm_layer(options.get("slurm"), options.get("k8s"))
         return resolve_spec(cli_layer, env_layer, options.get("cluster"), slurm=slurm_layer)
     except SpecError as exc:
         fail(exc)
@@ -165,19 +166,27 @@ def _layers(ctx: typer.Context, values: dict[str, Any]) -> tuple[dict[str, Provi
     return cli_layer, env_layer
 
 
-def _slurm_layer(flag: bool | None) -> Any:
-    """The SLURM allocation's layer builder when SLURM mode is on (--slurm, or under srun)."""
+def _slurm_layer(flag: bool | None, k8s_flag: bool | None = None) -> Any:
+    """The scheduler allocation's layer builder: Kubernetes' when its mode is on (--k8s, or in a pod
+    of a training job: islab.k8s.allocation), else SLURM's when SLURM mode is on (--slurm, or under srun)."""
+    if k8s_flag and flag:
+        raise SpecError(Issue("--k8s", "and --slurm both ask for the node layout", "Give only one of them"))
+    if k8s_flag or (k8s_flag is None and not flag and k8s_allocation.in_kubernetes_pod(os.environ)):
+        return k8s_allocation.allocation_from_environ(os.environ).layer
     if flag is False or (flag is None and not slurm.in_srun_step(os.environ)):
         return None
     return slurm.allocation_from_environ(os.environ).layer
 
 
-def slurm_job_of(resolved: ResolvedSpec) -> int | None:
-    """The SLURM job this launch runs in, when the allocation supplied part of the spec: it names
-    the run directory, so that a requeued job finds its checkpoint again."""
+def run_leaf_of(resolved: ResolvedSpec) -> str | None:
+    """The run directory's leaf when a scheduler allocation supplied part of the spec -- the SLURM
+    job (slurm-<id>) or the Kubernetes job (k8s-<name>) -- so that a requeued job or a pod started
+    again finds its checkpoint."""
     if not any(source is Source.SLURM for source in resolved.sources.values()):
         return None
-    return int(os.environ["SLURM_JOB_ID"])
+    if any(origin.startswith("SLURM_") for origin in resolved.origins.values()):
+        return f"slurm-{int(os.environ['SLURM_JOB_ID'])}"
+    return k8s_allocation.allocation_from_environ(os.environ).run_leaf
 
 
 def _apply_gpus(
@@ -232,7 +241,7 @@ def _plan_and_go(resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, al
     spec = resolved.spec
     try:
         plan = planner.build_plan(spec, now=datetime.now(), free_port=find_free_port(),
-                                  slurm_job_id=slurm_job_of(resolved))  # fmt: skip
+                                  job_leaf=run_leaf_of(resolved))  # fmt: skip
     except SpecError as exc:
         fail(exc)
 

@@ -24,7 +24,7 @@ from islab.launcher.issues import SpecError
 from islab.launcher.probes import find_free_port
 from islab.policy import cli_commands as policy_commands
 
-SUBCOMMANDS = ("doctor", "sbatch", "tasks", "play", "export")
+SUBCOMMANDS = ("doctor", "sbatch", "k8s", "tasks", "play", "export")
 PANEL_DOCTOR = "Doctor"
 PANEL_SBATCH = "Batch script"
 
@@ -322,3 +322,8 @@ def play_command(
 )
 def export_command(run_dir: RUN_DIR_ARGUMENT, checkpoint: CHECKPOINT_OPTION = "latest") -> None:
     raise typer.Exit(policy_commands.export_command(run_dir, checkpoint=checkpoint))
+
+
+from islab.cli import k8s_command  # noqa: E402  (registers `k8s` on `commands`; it imports this module)
+
+__all__ = ["SUBCOMMANDS", "commands", "k8s_command"]

@@ -137,7 +137,7 @@ class LaunchPlan:
 # ----------------------------------------------------------------------------------------------
 
 
-def run_dir_for(spec: RunSpec, now: datetime, slurm_job_id: int | None = None) -> str:
+def run_dir_for(spec: RunSpec, now: datetime, slurm_job_id: int | None = None, job_leaf: str | None = None) -> str:
     """``<log_dir>/<lib>/<task>/<leaf>[_<run_name>]`` -- chosen once, for all ranks; or the run
     directory being resumed, so a resumed run keeps its logs and checkpoints together.
 
@@ -149,7 +149,9 @@ def run_dir_for(spec: RunSpec, now: datetime, slurm_job_id: int | None = None) -
     spec every node was given (identical launches without an id then share the directory)."""
     if spec.resume is not None and Path(spec.resume).is_dir():
         return str(spec.resume)
-    if slurm_job_id is not None:
+    if job_leaf is not None:  # a scheduler's job: slurm-<id>, k8s-<name> (islab.k8s.allocation)
+        leaf = job_leaf
+    elif slurm_job_id is not None:
         leaf = f"slurm-{slurm_job_id}"
     elif spec.nnodes > 1:
         leaf = spec.rendezvous.id or f"spec-{_shared_digest(spec)}"
@@ -264,14 +266,16 @@ def _derive(spec: RunSpec, free_port: int) -> tuple[dict[str, str], int | None]:
 # ----------------------------------------------------------------------------------------------
 
 
-def build_plan(spec: RunSpec, *, now: datetime, free_port: int, slurm_job_id: int | None = None) -> LaunchPlan:
+def build_plan(
+    spec: RunSpec, *, now: datetime, free_port: int, slurm_job_id: int | None = None, job_leaf: str | None = None
+) -> LaunchPlan:
     """Plan every node of ``spec`` (or only ``spec.node_rank`` when given).
 
     ``now`` (or, inside a SLURM allocation, ``slurm_job_id``) names the run directory; ``free_port``
     is used for a single-node rendezvous or JAX coordinator that the spec left open (the caller
     probes it; see ``supervise.find_free_port``).
     """
-    run_dir = run_dir_for(spec, now, slurm_job_id)
+    run_dir = run_dir_for(spec, now, slurm_job_id, job_leaf)
     launcher = launcher_of(spec.lib, spec.ml_framework)
     derived, node0_port = _derive(spec, free_port)
     env = MappingProxyType(plan_env(spec, run_dir))
