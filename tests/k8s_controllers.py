@@ -95,7 +95,8 @@ def _trainjob(doc: dict[str, Any]) -> list[Pod]:
 def _pytorchjob(doc: dict[str, Any]) -> list[Pod]:
     name, spec = doc["metadata"]["name"], doc["spec"]
     replicas = spec["pytorchReplicaSpecs"]
-    assert "elasticPolicy" not in spec, "the simulation models the Master/Worker job"
+    if "elasticPolicy" in spec:
+        return _elastic_pytorchjob(name, spec)
     total = sum(replica["replicas"] for replica in replicas.values())
     master = replicas["Master"]["template"]["spec"]["containers"][0]
     port = next(item["containerPort"] for item in master["ports"] if item["name"] == "pytorchjob-port")
@@ -159,3 +160,25 @@ def _job(service: dict[str, Any], job: dict[str, Any]) -> list[Pod]:
         pods.append(Pod(hostname, (f"{hostname}.{pod_spec['subdomain']}", hostname), pod_spec["containers"][0],
                         {"JOB_COMPLETION_INDEX": str(index)}))  # fmt: skip
     return pods
+
+
+def _elastic_pytorchjob(name: str, spec: dict[str, Any]) -> list[Pod]:
+    """Workers only (the webhook requires them), the c10d variables of elastic.go: PET_RDZV_ENDPOINT
+    ``<name>-worker-0:<the worker's pytorchjob-port>``, PET_RDZV_BACKEND (default c10d), PET_NNODES
+    ``MIN:MAX``, PET_NPROC_PER_NODE, PET_MAX_RESTARTS / PET_RDZV_ID when set; no MASTER_* without a Master."""
+    policy, worker = spec["elasticPolicy"], spec["pytorchReplicaSpecs"]["Worker"]
+    assert set(spec["pytorchReplicaSpecs"]) == {"Worker"}
+    container = next(c for c in worker["template"]["spec"]["containers"] if c["name"] == "pytorch")
+    port = next(item["containerPort"] for item in container["ports"] if item["name"] == "pytorchjob-port")
+    injected = {
+        "PYTHONUNBUFFERED": "1",
+        "PET_RDZV_ENDPOINT": f"{policy.get('rdzvHost', f'{name}-worker-0')}:{policy.get('rdzvPort', port)}",
+        "PET_RDZV_BACKEND": policy.get("rdzvBackend", "c10d"),
+        "PET_NNODES": f"{policy['minReplicas']}:{policy['maxReplicas']}",
+        "PET_NPROC_PER_NODE": spec["nprocPerNode"],
+    }
+    for key, variable in (("maxRestarts", "PET_MAX_RESTARTS"), ("rdzvId", "PET_RDZV_ID")):
+        if key in policy:
+            injected[variable] = str(policy[key])
+    return [Pod(f"{name}-worker-{index}", (f"{name}-worker-{index}",), container, dict(injected))
+            for index in range(worker["replicas"])]  # fmt: skip

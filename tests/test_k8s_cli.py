@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from islab.k8s.allocation import allocation_from_environ, in_kubernetes_pod
+from islab.k8s.allocation import allocation_from_environ, in_kubernetes_pod, wait_for_dns
 from islab.launcher.issues import SpecError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -154,6 +154,20 @@ def test_a_missing_variable_is_named(fmt, missing):
         allocation_from_environ(environ)
     (issue,) = caught.value.issues
     assert issue.field == missing and "islab-train k8s --format" in issue.fix
+
+
+def test_a_pod_waits_for_node_0_s_dns_name(capsys):
+    """Pod 0's name appears in the cluster DNS seconds after the pod: wait, do not fail the pre-launch check."""
+    now = [0.0]
+
+    def advance(seconds: float) -> None:
+        now[0] += seconds
+
+    answers = iter([((), "Name or service not known")] * 3 + [(("10.0.0.5",), None)])
+    assert wait_for_dns("job-0.job", 60, resolve=lambda host: next(answers), sleep=advance, clock=lambda: now[0])
+    assert now[0] == 3.0 and "waiting for node 0's name job-0.job" in capsys.readouterr().err
+    never = wait_for_dns("gone", 5, resolve=lambda host: ((), "no"), sleep=advance, clock=lambda: now[0])
+    assert never is False
 
 
 def test_a_plain_workstation_is_not_a_pod():

@@ -9,12 +9,12 @@ coordinator, PyTorchJob's per-pod Services -- to the namespaces' addresses. Two 
 ones an image and a volume make: the container's ``python`` is this interpreter, and the
 claim's mount path is a shared directory of the test (both "pods" see the same run directory).
 
-The job trains on CPU (1 rank per pod, gloo over the veth pair); once it has written a
-checkpoint, pod 1's processes are all SIGKILLed (a crashed container); pod 0's islab-train then
-fails on its own (lost peer), and both containers are started again, as restartPolicy OnFailure
-does: the job continues from ``checkpoints/latest.pt`` of its run directory ``k8s-<name>``
-(summary.json: resumed, "Kubernetes job ... started again") and ends with identical policies on
-both ranks.
+The job trains on CPU (1 rank per pod, gloo over the veth pair; the elastic PyTorchJob, ``--nnodes
+1:2``, meets at its c10d endpoint ``<name>-worker-0``); once it has written a checkpoint, pod 1's
+processes are all SIGKILLed (a crashed container); pod 0's islab-train then fails on its own
+(lost peer), and both containers are started again, as restartPolicy OnFailure does: the job
+continues from ``checkpoints/latest.pt`` of its run directory ``k8s-<name>`` (summary.json:
+resumed, "Kubernetes job ... started again") and ends with identical policies on both ranks.
 """
 
 from __future__ import annotations
@@ -51,15 +51,18 @@ def nodes() -> Iterator[tuple[Node, Node]]:
         yield pair
 
 
-def write_manifest(tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str, node: Node) -> list[dict]:
-    """A cluster spec without a rendezvous section: the controller provides it."""
+def write_manifest(tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str, node: Node) -> list[dict]:
+    """A cluster spec without a rendezvous address: the controller provides it."""
     cluster = tmp_path / "cluster.yaml"
-    spec = {"lib": "rsl_rl", "device": "cpu", "nnodes": 2, "nproc_per_node": 1, "num_envs": 64,
-            "max_iterations": MAX_ITERATIONS, "checkpoint_interval": 2,
+    fmt, _, elastic = case.partition("-")
+    spec = {"lib": "rsl_rl", "device": "cpu", "nnodes": "1:2" if elastic else 2, "nproc_per_node": 1,
+            "num_envs": 64, "max_iterations": MAX_ITERATIONS, "checkpoint_interval": 2,
             "env": {"GLOO_SOCKET_IFNAME": node.interface, "WANDB_API_KEY": SECRETS["WANDB_API_KEY"]}}  # fmt: skip
+    if elastic:  # c10d waits this long for the second pod once the first joined (both start together)
+        spec["rendezvous"] = {"last_call_s": 60}
     cluster.write_text(yaml.safe_dump(spec))
     code = run(["k8s", "--format", fmt, "--cluster", str(cluster), "--image", "islab-train:test",
-                "--name", f"sim-{fmt}", "--logs-pvc", "runs"])  # fmt: skip
+                "--name", f"sim-{case}", "--logs-pvc", "runs"])  # fmt: skip
     out = capsys.readouterr().out
     assert code == 0 and SECRETS["WANDB_API_KEY"] not in out
     return [doc for doc in yaml.safe_load_all(out) if doc]
@@ -99,7 +102,7 @@ def wait_all(processes: list[subprocess.Popen[bytes]], timeout_s: float) -> list
     return [process.poll() for process in processes]
 
 
-@pytest.mark.parametrize("fmt", ["trainjob", "pytorchjob", "jobset", "job"])
+@pytest.mark.parametrize("fmt", ["trainjob", "pytorchjob", "jobset", "job", "pytorchjob-elastic"])
 def test_pods_train_and_a_restarted_pod_resumes(tmp_path, capsys, nodes, fmt):
     docs = write_manifest(tmp_path, capsys, fmt, nodes[0])
     pods = pods_of(docs)
@@ -145,4 +148,4 @@ def test_pods_train_and_a_restarted_pod_resumes(tmp_path, capsys, nodes, fmt):
     assert len(set(digests.values())) == 1, digests
     launch = yaml.safe_load((run_dir / "launch.yaml").read_text())
     assert SECRETS["WANDB_API_KEY"] not in (run_dir / "launch.yaml").read_text()
-    assert launch["sources"]["node_rank"] == "slurm"  # the scheduler-allocation layer, here Kubernetes'
+    assert launch["sources"]["nnodes"] == "slurm"  # the scheduler-allocation layer, here Kubernetes'

@@ -261,6 +261,8 @@ def _plan_and_go(resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, al
     if issues:
         fail(SpecError(issues))
     node_rank = spec.node_rank if spec.node_rank is not None else 0
+    if plan.rendezvous_address and str(run_leaf_of(resolved)).startswith("k8s-"):
+        k8s_allocation.wait_for_dns(split_host_port(plan.rendezvous_address)[0], spec.rendezvous.timeout_s)
     hosts_store = _preflight(spec, plan, visible_gpus)
     if spec.rendezvous.backend == "c10d" and spec.nnodes > 1 and plan.rendezvous_address:
         local_addr = local_address_towards(*split_host_port(plan.rendezvous_address))
