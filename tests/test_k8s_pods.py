@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -69,7 +70,9 @@ def write_manifest(tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
 
 
 def hosts_files(pods: list[Pod], nodes: tuple[Node, Node]) -> list[Path]:
-    """/etc/netns/<namespace>/hosts for both namespaces: every pod's DNS names -> its namespace's address."""
+    """/etc/netns/<namespace>/hosts for both namespaces: every pod's DNS names -> its namespace's
+    address, and -- as the kubelet's /etc/hosts of a pod maps the pod's own host name to its IP --
+    this machine's host name (what the namespaces share as theirs) to the namespace's own address."""
     lines = ["127.0.0.1 localhost"] + [
         f"{node.address} {' '.join(pod.dns_names)}" for pod, node in zip(pods, nodes, strict=True)
     ]
@@ -77,7 +80,7 @@ def hosts_files(pods: list[Pod], nodes: tuple[Node, Node]) -> list[Path]:
     for node in nodes:
         folder = Path("/etc/netns") / node.namespace
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "hosts").write_text("\n".join(lines) + "\n")
+        (folder / "hosts").write_text("\n".join([*lines, f"{node.address} {socket.gethostname()}"]) + "\n")
         written.append(folder)
     return written
 
