@@ -12,9 +12,9 @@ from pathlib import Path
 import torch
 from tensordict import TensorDict
 
-from islab.agent_config import load_agent_config
 from islab.envs import make_env
 from islab.libs import load_adapter
+from islab.spec.agent_config import load_agent_config
 from islab.tasks.quadcopter.quadcopter_env import median_final_distance
 from islab.worker.context import RankContext
 

@@ -69,7 +69,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from islab.agent_config import load_agent_config
+from islab.spec.agent_config import load_agent_config
 from islab.tasks import TASKS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -161,7 +161,7 @@ CARTPOLE = "Islab-Cartpole-v0"
 
 def agent_config(lib: str) -> dict[str, Any]:
     """The Cartpole agent config of ``lib`` (``rl_games``, ``rsl_rl``, ``skrl``), from the task's
-    own registration (no torch: :mod:`islab.agent_config` only reads YAML)."""
+    own registration (no torch: :mod:`islab.spec.agent_config` only reads YAML)."""
     return load_agent_config(lib, CARTPOLE)
 
 

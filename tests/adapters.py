@@ -7,10 +7,10 @@ from pathlib import Path
 
 import torch
 
-from islab.agent_config import load_agent_config
 from islab.envs import make_env
 from islab.libs import load_adapter
 from islab.libs.base import LibraryAdapter
+from islab.spec.agent_config import load_agent_config
 from islab.worker.context import RankContext, configure_process
 
 TASK = "Islab-Cartpole-v0"

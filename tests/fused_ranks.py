@@ -66,9 +66,9 @@ def track_iterations(adapter: Any, counter: list[int], marks: list[int], rates: 
 def train_one(ctx: Any, lib: str, run: dict[str, Any], out_dir: Path, counter: list[int], names: list[str]) -> dict:
     import torch
 
-    from islab.agent_config import load_agent_config
     from islab.envs import make_env
     from islab.libs import load_adapter
+    from islab.spec.agent_config import load_agent_config
     from islab.worker.context import configure_process
 
     configure_process(ctx)  # the same seeds in both modes

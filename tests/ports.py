@@ -11,11 +11,21 @@ those by itself), free right now. Where the child can pick its own port, tests l
 from __future__ import annotations
 
 import random
+import socket
 from pathlib import Path
 
-from islab.launcher.probes import port_is_free
-
 LOWEST = 20000  # below the well-known services people run on 1xxxx ports
+
+
+def port_is_free(port: int, host: str = "") -> bool:
+    """Can this node listen on ``port``? (What torchrun's master / the JAX coordinator will do.)"""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # Without SO_REUSEADDR, like the first bind of a fresh listener.
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def _ephemeral_low() -> int:

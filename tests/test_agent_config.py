@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from islab.agent_config import AgentConfigError, apply_overrides, parse_override
+from islab.spec.agent_config import AgentConfigError, apply_overrides, parse_override
 
 CONFIG = {"algorithm": {"learning_rate": 1e-3, "gamma": 0.99}, "runner": {"num_steps_per_env": 16}}
 

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from islab.agent_config import AgentConfigError, load_agent_config
-from islab.budget import Budget, iterations_for, rollout_length
+from islab.spec.agent_config import AgentConfigError, load_agent_config
+from islab.spec.budget import Budget, iterations_for, rollout_length
 from islab.worker.__main__ import budget_for, parse_args
 
 TASK = "Islab-Cartpole-v0"

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from ports import port_for_a_child
 
-from islab.isaaclab_preset import isaaclab_entry, tensorboard_root
-from islab.tensorboard_progress import read_tensorboard_progress
+from islab.resolve.isaaclab import isaaclab_entry, tensorboard_root
+from islab.run.tensorboard_progress import TensorBoardProgress
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 TREE = FIXTURES / "isaaclab_tree"
@@ -56,7 +56,7 @@ def test_isaaclab_rsl_rl_fixture_trains_on_two_ranks_and_writes_rsl_rl_events(tm
     (events,) = list(root.rglob("*tfevents*"))  # rank 0 only, in logs/rsl_rl/cartpole_direct/<time>/
     assert events.parent.parent.name == "cartpole_direct"
     printed = [float(v) for v in re.findall(r"rank 0 iteration \d/3 mean reward (-?[\d.]+)", done.stdout)]
-    records = read_tensorboard_progress(root, "rsl_rl")
+    records = TensorBoardProgress(root, "rsl_rl").records()
     assert [r["iteration"] for r in records] == [1, 2, 3]
     assert [r["mean_return"] for r in records] == pytest.approx(printed, abs=1e-4)
 

@@ -250,7 +250,7 @@ def test_gpus_above_visible_devices_is_refused(islab, monkeypatch, tmp_path):
 def test_gpu_check_counts_the_spec_env_the_ranks_get(islab, monkeypatch, tmp_path):
     """Issue 14 item 3: CUDA_VISIBLE_DEVICES in the spec's env: is what the ranks see; two ranks
     on one visible GPU would share it, so the launch is refused naming the mismatch."""
-    from islab.launcher import doctor
+    from islab.doctor import facts as doctor_facts
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     cluster = tmp_path / "one-gpu.yaml"
@@ -260,11 +260,11 @@ def test_gpu_check_counts_the_spec_env_the_ranks_get(islab, monkeypatch, tmp_pat
     assert "2 GPU processes" in message and not logs.exists()
     from datetime import datetime
 
-    from islab.launcher.plan import build_plan
-    from islab.launcher.resolve import resolve_spec
+    from islab.plan.plan import build_plan
+    from islab.resolve.resolve import resolve_spec
 
     spec = resolve_spec(cluster_file=cluster).spec
-    facts = doctor.gather_facts(spec, build_plan(spec, now=datetime(2026, 1, 1), free_port=29500), full=False)
+    facts = doctor_facts.gather_facts(spec, build_plan(spec, now=datetime(2026, 1, 1), free_port=29500), full=False)
     assert facts.visible_gpus == 1  # doctor counts the ranks' view too
 
 
@@ -425,7 +425,7 @@ def test_the_option_table_is_the_one_declaration_of_every_option(islab):
     KEY=VALUE items are ``overrides``); each row's ISLAB_* variable is read, and the help states
     the schema's defaults without a copy of them in the help strings."""
     from islab.cli.options import OPTIONS, spec_default
-    from islab.launcher.spec import FIELDS
+    from islab.spec.run_spec import FIELDS
 
     fields = [option.field for option in OPTIONS if option.field]
     # the three kinds of entry point set one field; its ``args`` are what follows ``--``
@@ -503,8 +503,8 @@ _REFUSED_BY = {
 
 
 def test_every_field_is_either_shared_by_all_nodes_or_per_node():
-    from islab.launcher.launch_rules import PER_NODE_FIELDS, SHARED_FIELDS
-    from islab.launcher.spec import FIELDS
+    from islab.spec.launch_rules import PER_NODE_FIELDS, SHARED_FIELDS
+    from islab.spec.run_spec import FIELDS
 
     assert not set(SHARED_FIELDS) & set(PER_NODE_FIELDS)
     assert sorted([*SHARED_FIELDS, *PER_NODE_FIELDS]) == sorted(FIELDS)

@@ -14,9 +14,9 @@ from types import MappingProxyType
 import pytest
 
 from islab import rundir
-from islab.launcher import console as display
-from islab.launcher import supervise
-from islab.launcher.plan import LaunchPlan, NodePlan
+from islab.plan.launch_plan import LaunchPlan, NodePlan
+from islab.run import console as display
+from islab.run import supervise
 from islab.rundir import latest_checkpoint
 
 PY = sys.executable
@@ -213,7 +213,7 @@ def test_curves_keep_the_last_record_of_a_redone_iteration(tmp_path, monkeypatch
     records = [{"iteration": i, "mean_return": float(i), "steps_per_s": 1.0} for i in (1, 2, 3)] + [
         {"iteration": i, "mean_return": 10.0 * i, "steps_per_s": 2.0} for i in (3, 4)
     ]  # restart after 2
-    from islab.launcher.console import write_curves
+    from islab.run.console import write_curves
 
     assert write_curves(records, tmp_path / "curves.png").is_file()
     assert plotted[0] == ([1, 2, 3, 4], [1.0, 2.0, 30.0, 40.0])
@@ -237,7 +237,7 @@ def test_curves_mark_each_resume(tmp_path, monkeypatch):
 
 def test_summary_shows_the_checkpoint_resume_uses():
     """The table names summary.json's ``checkpoint`` (the islab one), never the library's file."""
-    from islab.launcher.console import summary_rows
+    from islab.run.console import summary_rows
 
     summary = {"checkpoint": "/r/checkpoints/latest.pt", "library_checkpoint": "/r/model_11.pt"}
     rows = dict(summary_rows(summary, "/r", "islab-train --resume /r"))
@@ -251,7 +251,7 @@ def test_rank_info_records_and_colour_codes_stay_off_plain_consoles(tmp_path):
     plain (non-TTY) output carries no escape codes even with --all-ranks."""
     import io
 
-    from islab.launcher.console import ConsolePolicy, RunView
+    from islab.run.console import ConsolePolicy, RunView
 
     quiet = ConsolePolicy()
     info = "\x1b[38;20m[skrl:INFO] Seeding: 42\x1b[0m\n"

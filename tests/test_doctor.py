@@ -12,8 +12,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from islab.launcher import doctor, doctor_report, probes
-from islab.launcher.spec import RunSpec
+from islab.doctor import checks as doctor
+from islab.doctor import facts as doctor_facts
+from islab.doctor import probes
+from islab.doctor import report as doctor_report
+from islab.spec.run_spec import RunSpec
 
 NVIDIA_SMI = """\
 +-----------------------------------------------------------------------------------------+
@@ -34,10 +37,10 @@ def runtime(**fields) -> probes.Runtime:
     return probes.Runtime(**{**base, **fields})
 
 
-def rdzv(**fields) -> doctor.Rendezvous:
+def rdzv(**fields) -> doctor_facts.Rendezvous:
     base = {"kind": "static master", "host": "node0", "port": 29500, "listens": True, "addresses": ("10.0.0.1",),
             "port_state": "free"}  # fmt: skip
-    return doctor.Rendezvous(**{**base, **fields})
+    return doctor_facts.Rendezvous(**{**base, **fields})
 
 
 # ----------------------------------------------------------------------------------------------
@@ -149,7 +152,7 @@ def test_versions_disk_and_os():
 
 
 def test_cheap_subset_and_launch_messages():
-    facts = doctor.Facts(
+    facts = doctor_facts.Facts(
         spec=spec(device="cpu"), node_rank=0, platform="linux", visible_gpus=0, interfaces=("lo",),
         socket_env={"GLOO_SOCKET_IFNAME": "eth9"}, nvidia_smi=None, disk_path="/", disk_free=100 * doctor.GIB,
         rendezvous=rdzv(addresses=("8.8.8.8",)),

@@ -216,7 +216,7 @@ def _launch_one(tmp_path: Path, *args: str, extra_env: dict[str, str]) -> subpro
 
 def test_a_rank_that_only_lost_its_peer_is_not_the_root_cause(tmp_path):
     """Error files stamped in the same second: the rank with its own exception is named first."""
-    from islab.launcher.torchrun import error_file_failures
+    from islab.run.torchrun_node import error_file_failures
 
     for rank, message in ((0, "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:9344"),
                           (1, "RuntimeError: fixture failure injected on rank 1")):  # fmt: skip

@@ -14,7 +14,7 @@ import pytest
 from netns import wait_until
 
 from islab import rundir
-from islab.launcher.hangs import Frame, HangWatch, Stuck, hang_message, innermost_frame, ranks_behind
+from islab.run.hangs import Frame, HangWatch, Stuck, hang_message, innermost_frame, ranks_behind
 
 MAIN = 0x00007F7962A62B80
 DUMP = f"""[islab] rank 1/2 ...

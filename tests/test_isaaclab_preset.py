@@ -1,4 +1,4 @@
-"""islab.isaaclab_preset: Isaac Lab's train.py entry point and arguments, and its task ids.
+"""islab.resolve.isaaclab: Isaac Lab's train.py entry point and arguments, and its task ids.
 
 The commands of Isaac Lab's multi-GPU guide ("Multi-GPU and Multi-Node Training"; the c10d one
 from a tutorial of that guide) are copied here verbatim; ours are built with the preset plus a
@@ -16,9 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from islab.isaaclab_preset import (
-    SKRL_JAX,
-    TORCHRUN,
+from islab.resolve.isaaclab import (
     closest_task_id,
     isaaclab_entry,
     preset_problem,
@@ -141,7 +139,6 @@ def _shapes():
                 _ours_torchrun(entry, nnodes=2, nproc=1, node_rank=node, rdzv=("c10d", "192.168.150.161:5555", "123")),
             )
     jax = isaaclab_entry(TREE, "skrl", "jax", task=task)
-    assert jax.launcher == SKRL_JAX
     yield "one-node-skrl-jax", _guide(GUIDE_ONE_NODE_JAX), _ours_skrl_jax(jax, nnodes=1, nproc=2)
     for node in (0, 1):
         yield (
@@ -179,7 +176,7 @@ def test_preset_fills_each_scripts_own_options(lib):
         max_iterations=3,
         extra_args=["--distributed", "agent.params.config.minibatch_size=64"],
     )
-    assert entry.launcher == TORCHRUN and entry.script == TREE / "scripts/reinforcement_learning" / lib / "train.py"
+    assert entry.script == TREE / "scripts/reinforcement_learning" / lib / "train.py"
     assert entry.args.count("--distributed") == 1  # not doubled when the user passes it too
     fields = _script_fields(lib, str(entry.script), list(entry.args))
     assert (fields["task"], fields["num_envs"], fields["seed"], fields["max_iterations"]) == (

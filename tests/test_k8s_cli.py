@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from islab.k8s.allocation import allocation_from_environ, in_kubernetes_pod, wait_for_dns
-from islab.launcher.issues import SpecError
+from islab.spec.issues import SpecError
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGE = ["--image", "ghcr.io/example/islab-train:0.1"]

@@ -194,7 +194,7 @@ def test_a_misspelled_jobset_field_fails(tmp_path: Path, capsys: pytest.CaptureF
 def test_every_pod_has_what_users_expect(tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str) -> None:
     """GPU limits = ranks per node, /dev/shm in memory, a grace period above ours, the run directory on
     the claim, labels naming the run, secrets by reference only."""
-    from islab.stopping import PREEMPT_GRACE_S
+    from islab.spec.stopping import PREEMPT_GRACE_S
 
     docs = manifests(tmp_path, capsys, "--format", fmt)
     text = yaml.safe_dump_all(docs)

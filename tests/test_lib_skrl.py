@@ -19,10 +19,10 @@ import torch
 from adapters import TASK, build_adapter
 from ports import port_for_a_child
 
-from islab.agent_config import load_agent_config
 from islab.envs import make_env
 from islab.libs._skrl_common import pooled_moments, runner_config
 from islab.libs.base import state_digest
+from islab.spec.agent_config import load_agent_config
 
 pytestmark = pytest.mark.skipif(
     int(os.environ.get("WORLD_SIZE", "1")) > 1 or int(os.environ.get("JAX_WORLD_SIZE", "1")) > 1,

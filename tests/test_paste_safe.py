@@ -21,10 +21,10 @@ import pytest
 import yaml
 
 from islab.cli.options import OPTIONS
-from islab.launcher import plan as planner
-from islab.launcher.issues import mask_env
-from islab.launcher.spec import FIELDS
-from islab.launcher.text import comment, shell_join, unsafe_character
+from islab.plan import plan as planner
+from islab.spec.issues import mask_env
+from islab.spec.run_spec import FIELDS
+from islab.spec.text import comment, shell_join, unsafe_character
 from islab.tasks import TASKS
 
 HOSTILE = ["\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029", "\x1b[31m", "\x00"]
@@ -51,7 +51,7 @@ SAMPLES: dict[str, Any] = {
     "node_rank": 0, "device": "cpu", "max_restarts": 0, "coordinator_address": "127.0.0.1:5000",
     "env": {"NCCL_DEBUG": "INFO"}, "run_name": "r1", "log_dir": "logs", "python": "python3",
     "overrides": ["algorithm.clip_param=0.2"], "resume": "RESUME", "checkpoint_interval": 5, "hang_timeout_s": 60,
-    "logger": "tensorboard",
+    "logger": "tensorboard", "keep_checkpoints": 2,
     "entrypoint": {"script": "train.py"}, "args": ["--flag", "v"], "isaaclab": str(TREE), "mjlab": False,
     "rendezvous.backend": "c10d", "rendezvous.master_addr": "10.0.0.1", "rendezvous.master_port": 29555,
     "rendezvous.endpoint": "127.0.0.1:29400", "rendezvous.id": "job-1", "rendezvous.timeout_s": 60,

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from islab.launcher.plan import build_plan, format_json, format_text, launch_issues, plan_env, shell_line
-from islab.launcher.resolve import Provided, ResolvedSpec, resolve_spec
+from islab.plan.dry_run import format_json, format_text, shell_line
+from islab.plan.launch_issues import launch_issues
+from islab.plan.plan import build_plan, plan_env
+from islab.resolve.resolve import Provided, ResolvedSpec, resolve_spec
 from islab.worker import ENTRY_SCRIPT
 
 NOW = datetime(2026, 3, 4, 5, 6, 7)
@@ -301,9 +303,7 @@ def test_multinode_launch_needs_node_rank_except_c10d():
     assert launch_issues(c10d, platform="linux", visible_gpus=0) == []
 
 
-@pytest.mark.parametrize(
-    "module", ["islab.launcher.plan", "islab.launcher.spec", "islab.launcher.supervise", "islab.cli"]
-)
+@pytest.mark.parametrize("module", ["islab.plan.plan", "islab.spec.run_spec", "islab.run.supervise", "islab.cli"])
 def test_launcher_modules_do_not_import_torch(module):
     import subprocess
 
@@ -380,7 +380,7 @@ def test_jax_plan_carries_the_rendezvous_timeout_for_the_supervisor():
 
 
 def test_c10d_node_facts_host_the_store_and_advertise_the_nodes_address():
-    from islab.launcher.torchrun import with_c10d_node_facts
+    from islab.plan.torchrun import with_c10d_node_facts
 
     plan = plan_for(device="cpu", nnodes=2, rendezvous__backend="c10d", rendezvous__endpoint="10.0.0.1:29400")
     hosting = with_c10d_node_facts(plan, 0, hosts_store=True, local_addr="10.0.0.1")
@@ -470,7 +470,8 @@ def test_dry_run_of_an_elastic_job_leaves_the_iterations_to_the_run():
 
 def test_torchrun_ranks_get_omp_threads_cores_over_n(monkeypatch):
     """torchrun's OMP_NUM_THREADS banner goes and the value matches the worker's cores // N."""
-    from islab.launcher.torchrun import TorchrunNode, ranks_env
+    from islab.plan.torchrun import ranks_env
+    from islab.run.torchrun_node import TorchrunNode
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert ranks_env({}, 2, cores=8)["OMP_NUM_THREADS"] == "4"

@@ -266,8 +266,8 @@ def test_two_cpu_ranks_train_the_quadcopter_with_one_policy(tmp_path: Path, lib:
 def test_rsl_rl_on_two_cpu_ranks_at_least_halves_the_random_policys_final_distance(tmp_path: Path) -> None:
     from tensordict import TensorDict
 
-    from islab.agent_config import load_agent_config
     from islab.libs import load_adapter
+    from islab.spec.agent_config import load_agent_config
     from islab.worker.context import RankContext
 
     # 2 ranks x 128 envs x 24 steps x 80 iterations = 492k env steps, ~40 s of training on 2 idle

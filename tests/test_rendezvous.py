@@ -21,8 +21,7 @@ from netns import run_dir_of
 from ports import port_for_a_child
 
 from islab import cli
-from islab.launcher import failures, skrl_jax, torchrun
-from islab.launcher.plan import LaunchPlan
+from islab.run import failures, skrl_jax_node, torchrun_node
 
 TIMEOUT_S = 5
 # Start-up of torchrun / the JAX ranks and shutdown on top of the timeout: measured 3.8 s (static
@@ -67,17 +66,16 @@ def test_rendezvous_timeout_is_recognised_only_in_torchruns_own_lines():
     static = ["torch.distributed.DistStoreError: Timed out after 6 seconds waiting for clients. 1/2 clients joined."]
     c10d = ["torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError"]
     node1 = ["torch.distributed.DistNetworkError: The client socket has timed out after 5000ms while trying to connect"]
-    assert torchrun.rendezvous_timed_out(static)
-    assert torchrun.rendezvous_timed_out(c10d)
-    assert torchrun.rendezvous_timed_out(node1)
+    assert torchrun_node.rendezvous_timed_out(static)
+    assert torchrun_node.rendezvous_timed_out(c10d)
+    assert torchrun_node.rendezvous_timed_out(node1)
     # the same words from a rank (a training failure, prefixed by torchrun --tee) do not count
-    assert not torchrun.rendezvous_timed_out([f"[default1]:{static[0]}"])
-    assert not torchrun.rendezvous_timed_out(["RuntimeError: boom"])
+    assert not torchrun_node.rendezvous_timed_out([f"[default1]:{static[0]}"])
+    assert not torchrun_node.rendezvous_timed_out(["RuntimeError: boom"])
 
 
 def test_rendezvous_message_names_timeout_and_address():
-    plan = LaunchPlan("torchrun", "run", (), rendezvous_address="10.77.0.1:29500", rendezvous_timeout_s=7)
-    assert failures.rendezvous_message(plan) == (
+    assert failures.rendezvous_message("10.77.0.1:29500", 7) == (
         "error: rendezvous: node(s) did not join within 7 s at 10.77.0.1:29500; check that every node runs "
         "islab-train with the same spec and can reach 10.77.0.1:29500 (islab-train doctor)"
     )
@@ -85,7 +83,7 @@ def test_rendezvous_message_names_timeout_and_address():
 
 def test_jax_watch_times_out_only_ranks_that_wait_and_never_join():
     now = [100.0]
-    watch = skrl_jax.JaxRendezvousWatch(clock=lambda: now[0])
+    watch = skrl_jax_node.JaxRendezvousWatch(clock=lambda: now[0])
     watch.observe(0, "\x1b[38;20m[skrl:INFO] Distributed (rank: 0, local rank: 0, world size: 4)\x1b[0m\n")
     watch.observe(1, "[skrl:INFO] Distributed (rank: 1, local rank: 1, world size: 4)\n")
     now[0] = 103.0

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from islab.launcher.resolve import Provided, resolve_spec
+from islab.resolve.resolve import Provided, resolve_spec
 from islab.rundir import latest_checkpoint, write_launch_record
 
 pytestmark = pytest.mark.usefixtures("clean_environment")

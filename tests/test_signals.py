@@ -36,8 +36,8 @@ import pytest
 from netns import alive, collect_tree, kill_all, run_dir_of, training_under_way, wait_until
 
 from islab import rundir
-from islab.launcher import failures, processes, torchrun
-from islab.stopping import PREEMPT_GRACE_S, PREEMPTED_EXIT_CODE
+from islab.run import failures, processes, torchrun_node
+from islab.spec.stopping import PREEMPT_GRACE_S, PREEMPTED_EXIT_CODE
 
 # What docs/CLI.md promises, and what was measured on the 2-core machine (its table):
 FAIL_FAST_S = 15.0  # a failed rank -> islab-train has exited (measured 1.3 s torchrun / 5.4 s skrl-JAX)
@@ -184,14 +184,14 @@ def test_last_exception_line_of_plain_chained_and_prefixed_tracebacks():
 
 def test_failure_message_names_rank_node_log_and_how_it_ended():
     summary = ["Root Cause (first observed failure):", "[0]:", "  rank      : 1 (local_rank: 1)", "  exitcode  : -9"]
-    failures = torchrun.torchrun_failures(summary)
+    failures = torchrun_node.torchrun_failures(summary)
     assert failures == [(1, -9)]
-    killed = torchrun.failure_message(1, failures, "run", 0, None)
+    killed = torchrun_node.failure_message(1, failures, "run", 0, None)
     assert killed.startswith(
         "error: training failed on node 0 (torchrun exit code 1): rank 1 failed, killed by SIGKILL"
     )
     assert "run/logs/rank_1.log" in killed
-    raised = torchrun.failure_message(1, [(1, 1)], "run", 0, "RuntimeError: boom")
+    raised = torchrun_node.failure_message(1, [(1, 1)], "run", 0, "RuntimeError: boom")
     assert "rank 1 failed with RuntimeError: boom; see run/logs/rank_1.log" in raised
 
 
@@ -224,8 +224,8 @@ def proc_start_ticks(pid: int) -> int:
 DRIVER = """
 import sys
 from types import MappingProxyType
-from islab.launcher import supervise
-from islab.launcher.plan import LaunchPlan, NodePlan
+from islab.run import supervise
+from islab.plan.launch_plan import LaunchPlan, NodePlan
 plan = LaunchPlan("torchrun", "run", (NodePlan(0, (sys.executable, "-c", sys.argv[1]), MappingProxyType({})),))
 sys.exit(supervise.run_plan(plan, 0, preempt_grace_s=PREEMPT_GRACE_S))
 """

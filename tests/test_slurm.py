@@ -19,9 +19,9 @@ from ports import port_for_a_child
 from prerequisites import AS_ROOT_IN_CI, require
 
 from islab import rundir
-from islab.launcher import slurm
-from islab.launcher.issues import SpecError
-from islab.launcher.resolve import Source, resolve_spec
+from islab.resolve import slurm
+from islab.resolve.resolve import Source, resolve_spec
+from islab.spec.issues import SpecError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -128,7 +128,7 @@ def test_allocation_layer_follows_the_launcher():
 
 
 def test_precedence_cli_over_slurm_over_env_and_file(tmp_path):
-    from islab.launcher.resolve import Provided
+    from islab.resolve.resolve import Provided
 
     cluster = tmp_path / "c.yaml"
     cluster.write_text("nnodes: 8\ndevice: cpu\nrendezvous: {master_addr: 10.0.0.1, master_port: 5555}\n")

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from islab.launcher.addresses import is_valid_host, split_host_port
-from islab.launcher.issues import SpecError, mask_env
-from islab.launcher.resolve import Provided, Source, resolve_spec
-from islab.launcher.spec import RunSpec
+from islab.resolve.resolve import Provided, Source, resolve_spec
+from islab.spec.addresses import is_valid_host, split_host_port
+from islab.spec.issues import SpecError, mask_env
+from islab.spec.run_spec import RunSpec
 
 
 def cli(**values: object) -> dict[str, Provided]:

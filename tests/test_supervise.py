@@ -16,10 +16,12 @@ from pathlib import Path
 from types import MappingProxyType
 
 import pytest
+from ports import port_is_free
 
 from islab import rundir
-from islab.launcher import failures, probes, supervise, torchrun
-from islab.launcher.plan import LaunchPlan, NodePlan, RankLaunch
+from islab.doctor import probes
+from islab.plan.launch_plan import LaunchPlan, NodePlan, RankLaunch
+from islab.run import failures, supervise, torchrun_node
 
 PY = sys.executable
 
@@ -136,10 +138,10 @@ Root Cause (first observed failure):
 
 
 def test_torchrun_summary_root_cause_first_and_collateral_ranks_left_out():
-    assert torchrun.failed_ranks_from_output(TORCHRUN_SUMMARY.splitlines()) == [1, 3]
+    assert [rank for rank, _ in torchrun_node.torchrun_failures(TORCHRUN_SUMMARY.splitlines())] == [1, 3]
     only_stopped = TORCHRUN_SUMMARY.split("[2]:")[0].splitlines()
-    assert torchrun.failed_ranks_from_output(only_stopped) == [0]
-    assert torchrun.failed_ranks_from_output(["no summary here"]) == []
+    assert [rank for rank, _ in torchrun_node.torchrun_failures(only_stopped)] == [0]
+    assert [rank for rank, _ in torchrun_node.torchrun_failures(["no summary here"])] == []
 
 
 # ----------------------------------------------------------------------------------------------
@@ -197,8 +199,8 @@ DRIVER = """
 import sys
 import tempfile
 from types import MappingProxyType
-from islab.launcher import supervise
-from islab.launcher.plan import LaunchPlan, NodePlan
+from islab.run import supervise
+from islab.plan.launch_plan import LaunchPlan, NodePlan
 child = sys.argv[1]
 plan = LaunchPlan("torchrun", "run", (NodePlan(0, (sys.executable, "-c", child), MappingProxyType({{}})),))
 sys.exit(supervise.run_plan(plan, 0, grace_s={grace}, preempt_grace_s={preempt_grace}))
@@ -287,15 +289,15 @@ def test_visible_gpu_count_from_nvidia_smi_or_zero():
 
 def test_free_port_probe_and_port_in_use():
     port = probes.find_free_port()
-    assert probes.port_is_free(port)
+    assert port_is_free(port)
     with socket.socket() as listener:  # free means a listener can take it, as torchrun's store will
         listener.bind(("", port))
         listener.listen()
-        assert not probes.port_is_free(port)
+        assert not port_is_free(port)
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
-        assert not probes.port_is_free(busy.getsockname()[1])
+        assert not port_is_free(busy.getsockname()[1])
 
 
 WRITE_DIGESTS = """
@@ -351,18 +353,18 @@ def test_error_files_of_the_latest_attempt_earliest_first(tmp_path):
     write_error_file(tmp_path, 0, 0, "RuntimeError: first attempt", 100)
     write_error_file(tmp_path, 1, 1, "ValueError: later\nsecond line", 300)
     write_error_file(tmp_path, 1, 0, "RuntimeError: earlier", 200)
-    assert torchrun.error_file_failures(tmp_path) == [(0, "RuntimeError: earlier"), (1, "ValueError: later")]
-    assert torchrun.error_file_failures(tmp_path / "missing") == []
+    assert torchrun_node.error_file_failures(tmp_path) == [(0, "RuntimeError: earlier"), (1, "ValueError: later")]
+    assert torchrun_node.error_file_failures(tmp_path / "missing") == []
 
 
 def test_a_signal_death_named_by_the_summary_comes_before_the_ranks_it_took_down(tmp_path):
     write_error_file(tmp_path, 0, 0, "RuntimeError: Connection closed by peer", 100)
     summary = ["Root Cause (first observed failure):", "[0]:", "  rank      : 3 (local_rank: 1)", "  exitcode  : -9"]
     # node 1 of a 2 x 2 job: the summary maps local ranks to global ones
-    assert torchrun.find_failures(str(tmp_path), summary, str(tmp_path), 0) == [
+    assert torchrun_node.find_failures(str(tmp_path), summary, str(tmp_path), 0) == [
         (3, -9, None), (2, None, "RuntimeError: Connection closed by peer")
     ]  # fmt: skip
-    assert torchrun.find_failures(str(tmp_path), [], str(tmp_path), 2) == [
+    assert torchrun_node.find_failures(str(tmp_path), [], str(tmp_path), 2) == [
         (2, None, "RuntimeError: Connection closed by peer")
     ]
 
@@ -376,15 +378,15 @@ def test_a_killed_rank_comes_before_a_root_cause_that_only_lost_its_peer(tmp_pat
         "Failures:", "[1]:", "  rank      : 1 (local_rank: 1)", "  exitcode  : -9 (pid: 7)",
         "Root Cause (first observed failure):", "[0]:", "  rank      : 0 (local_rank: 0)", "  exitcode  : 1 (pid: 6)",
     ]  # fmt: skip
-    found = torchrun.find_failures(str(tmp_path), summary, str(tmp_path), 0)
+    found = torchrun_node.find_failures(str(tmp_path), summary, str(tmp_path), 0)
     assert [(rank, code) for rank, code, _ in found] == [(1, -9), (0, 1)]
     # a rank torchrun stopped with SIGTERM is collateral: named only when nothing else is known
     stopped = ["Failures:", "[1]:", "  rank      : 1 (local_rank: 1)", "  exitcode  : -15 (pid: 7)"]
     write_error_file(tmp_path, 1, 0, "ValueError: the real cause", 200)
-    assert torchrun.find_failures(str(tmp_path), stopped + summary[4:], str(tmp_path), 0) == [
+    assert torchrun_node.find_failures(str(tmp_path), stopped + summary[4:], str(tmp_path), 0) == [
         (0, 1, "ValueError: the real cause")
     ]
-    assert torchrun.find_failures(None, stopped, str(tmp_path), 0) == [(1, -15, None)]
+    assert torchrun_node.find_failures(None, stopped, str(tmp_path), 0) == [(1, -15, None)]
 
 
 RECORDED_RANK = """
@@ -430,7 +432,7 @@ def test_a_skrl_jax_rank_gets_an_error_file_and_is_named_from_it(tmp_path):
 
 def test_skrl_jax_blames_the_killed_rank_not_the_one_that_lost_its_peer():
     """CI's case: rank 1 SIGKILLed; rank 0 raised gloo's 'Connection reset by peer' and was seen first."""
-    from islab.launcher.skrl_jax import _root_cause
+    from islab.run.skrl_jax_node import _root_cause
 
     lost = "JaxRuntimeError: UNKNOWN: Gloo all-reduce failed: [pair.cc:538] Read error: Connection reset by peer"
     exceptions = {0: lost, 1: None}

@@ -1,4 +1,4 @@
-"""islab.tensorboard_progress: progress records from the libraries' own TensorBoard event files.
+"""islab.run.tensorboard_progress: progress records from the libraries' own TensorBoard event files.
 
 Event files are written by real writers (torch's SummaryWriter, which rsl_rl and rl_games use;
 skrl's own writer) with the tag names found in the installed libraries' sources, and, in the slow
@@ -18,15 +18,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from islab.rundir import read_progress
-from islab.tasks import agent_config_path
-from islab.tensorboard_progress import (
+from islab.run.tensorboard_progress import (
     TAGS,
     CorruptEventFile,
     TensorBoardProgress,
     find_event_files,
-    read_tensorboard_progress,
 )
+from islab.rundir import read_progress
+from islab.tasks import agent_config_path
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -92,14 +91,14 @@ def test_rl_games_records(tmp_path):
         writer.add_scalar("rewards/step", -float(epoch), start)
         writer.add_scalar("rewards/iter", -float(epoch), epoch)
     writer.close()
-    records = read_tensorboard_progress(tmp_path, "rl_games")
+    records = TensorBoardProgress(tmp_path, "rl_games").records()
     assert [(r["iteration"], r["mean_return"], r["steps_per_s"], r["env_steps"]) for r in records] == [
         (1, -1.0, 500.0, None),  # end of epoch 1 unknown without a hint
         (2, -2.0, 1000.0, 128),
         (3, -3.0, 1500.0, 192),
     ]
-    assert read_tensorboard_progress(tmp_path) == records  # library detected from its tags
-    hinted = read_tensorboard_progress(tmp_path, "rl_games", rollouts=16, total_envs=4)
+    assert TensorBoardProgress(tmp_path).records() == records  # library detected from its tags
+    hinted = TensorBoardProgress(tmp_path, "rl_games", rollouts=16, total_envs=4).records()
     assert [r["env_steps"] for r in hinted] == [64, 128, 192]
 
 
@@ -110,10 +109,10 @@ def test_skrl_records_from_skrls_own_writer(tmp_path):
     for timestep in (32, 64, 96):  # 1-based, multiples of write_interval
         writer.add_scalar(tag="Reward / Total reward (mean)", value=timestep / 32, timestep=timestep)
     writer.close()
-    by_timestep = read_tensorboard_progress(tmp_path, "skrl")
+    by_timestep = TensorBoardProgress(tmp_path, "skrl").records()
     assert [(r["iteration"], r["mean_return"]) for r in by_timestep] == [(32, 1.0), (64, 2.0), (96, 3.0)]
-    assert read_tensorboard_progress(tmp_path) == by_timestep  # library detected from its tags
-    by_iteration = read_tensorboard_progress(tmp_path, "skrl", rollouts=32, total_envs=4)
+    assert TensorBoardProgress(tmp_path).records() == by_timestep  # library detected from its tags
+    by_iteration = TensorBoardProgress(tmp_path, "skrl", rollouts=32, total_envs=4).records()
     assert [(r["iteration"], r["env_steps"]) for r in by_iteration] == [(1, 128), (2, 256), (3, 384)]
 
 
@@ -167,7 +166,7 @@ def test_follows_the_newest_file_and_ignores_older_runs(tmp_path):
 
 def test_importing_the_reader_loads_no_heavy_framework():
     code = (
-        "import sys, islab.tensorboard_progress as t, islab.isaaclab_preset\n"
+        "import sys, islab.run.tensorboard_progress as t, islab.resolve.isaaclab\n"
         "from tensorboard.compat.proto.event_pb2 import Event\n"
         "t.scalars_of(Event(wall_time=1.0).SerializeToString())\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'numpy', 'tensorflow', 'jax'}))"
@@ -219,7 +218,7 @@ def test_real_training_events_match_the_workers_progress(tmp_path, lib, clean_en
     if lib == "skrl":  # skrl's x axis is timesteps: the agent config's rollouts make them iterations
         config = yaml.safe_load(agent_config_path("skrl", "Islab-Cartpole-v0").read_text())
         rollouts = config["agent"]["rollouts"]
-    records = read_tensorboard_progress(run_dir, lib, rollouts=rollouts)
+    records = TensorBoardProgress(run_dir, lib, rollouts=rollouts).records()
     theirs = {r["iteration"]: r["mean_return"] for r in records if r["mean_return"] is not None}
     oracle = _tensorboards_own_reading(run_dir, TAGS[lib].reward_tag)
     # TensorBoard's steps in our iteration numbers: rsl_rl 0-based iterations, rl_games 1-based

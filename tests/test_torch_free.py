@@ -3,9 +3,10 @@
 ``--help``, ``--dry-run``, spec errors and the supervisor must not pay seconds for ``import torch``
 (CI runs them constantly, and the supervisor must stay up while ranks crash). A finder placed first
 on ``sys.meta_path`` refuses the heavy packages, then every module of ``islab.cli`` and
-``islab.launcher`` (found by walking the packages, so a new module is covered without listing it),
-plus the torch-free foundations they read (``islab.rundir``, ``islab.libs.registry``,
-``islab.tasks``), is imported and a dry run is planned in the same process.
+the launcher-side packages (``islab.spec``, ``islab.resolve``, ``islab.plan``, ``islab.run``,
+``islab.doctor``, ``islab.rundir``; found by walking the packages, so a new module is covered without
+listing it), plus the torch-free foundations they read (``islab.libs.registry``, ``islab.tasks``), is
+imported and a dry run is planned in the same process.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ class Refuse:
         return None
 
 sys.meta_path.insert(0, Refuse())
-import islab.cli, islab.launcher
-names = ["islab.rundir", "islab.libs.registry", "islab.tasks"]
-for package in (islab.cli, islab.launcher):
+import islab.cli, islab.spec, islab.resolve, islab.plan, islab.run, islab.doctor, islab.rundir
+names = ["islab.libs.registry", "islab.tasks"]
+for package in (islab.cli, islab.spec, islab.resolve, islab.plan, islab.run, islab.doctor, islab.rundir):
     names += [info.name for info in pkgutil.walk_packages(package.__path__, package.__name__ + ".")]
 for name in names:
     if not name.endswith("__main__"):  # running the program is checked below
@@ -49,4 +50,4 @@ def test_every_launcher_module_imports_with_torch_and_the_rl_libraries_blocked()
     )
     assert result.returncode == 0, result.stderr[-3000:]
     count = int(result.stdout.strip().splitlines()[-1].split()[-1])
-    assert count >= 20, result.stdout  # cli (4) + launcher (16) + the three foundations
+    assert count >= 30, result.stdout  # cli (4) + the launcher-side packages (26+) + the two foundations

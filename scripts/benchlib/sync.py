@@ -13,8 +13,8 @@ from .training import LaunchResult, launch, launch_independent, worst_rank_share
 
 def updates_per_iteration(label: str, num_envs: int) -> int:
     """Optimizer updates (minibatches) per training iteration of ``label``'s Cartpole config."""
-    from islab.agent_config import load_agent_config
-    from islab.budget import rollout_length
+    from islab.spec.agent_config import load_agent_config
+    from islab.spec.budget import rollout_length
 
     lib = LIBS[label][0]
     cfg = load_agent_config(lib, CARTPOLE)

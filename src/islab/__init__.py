@@ -2,9 +2,11 @@
 
 The package has two halves that never import each other's heavy parts:
 
-* the launcher (``islab.cli``, ``islab.launcher``) turns a command line and a YAML cluster spec
-  into torchrun / skrl-JAX commands and supervises them. It must stay importable without torch
-  so that ``--help`` and ``--dry-run`` are instant;
+* the launcher turns a command line and a YAML cluster spec into torchrun / skrl-JAX commands and
+  supervises them: ``islab.cli`` -> ``islab.resolve`` (sources -> ``islab.spec.RunSpec``) ->
+  ``islab.plan`` (pure command building) -> ``islab.run`` (processes, supervision), with
+  ``islab.doctor`` beside it. It must stay importable without torch so that ``--help`` and
+  ``--dry-run`` are instant;
 * the rank side (``islab.worker``, ``islab.libs``, ``islab.envs``, ``islab.tasks``) is what every
   rank runs.
 

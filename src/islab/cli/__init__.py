@@ -24,8 +24,8 @@ from islab.cli import app as app_module
 from islab.cli.app import PROG, app, source_of
 from islab.cli.commands import SUBCOMMANDS, commands
 from islab.cli.options import BY_NAME, OPTIONS
-from islab.launcher.issues import Issue, suggest
-from islab.launcher.text import escape
+from islab.spec.issues import Issue, suggest
+from islab.spec.text import escape
 
 # Characters that typesetting puts where "--" was meant (the Chinese edition of Isaac Lab's guide
 # prints "–distributed"); argparse/click would report a confusing "unexpected argument".

@@ -1,9 +1,9 @@
 """The training command: options -> spec -> plan -> printed (``--dry-run``) or launched.
 
 The command line only translates: options and ``ISLAB_*`` variables (one table, :mod:`islab.cli.options`)
-become spec layers (:func:`islab.launcher.resolve.resolve_spec` merges and validates them), the spec
-becomes a plan (:func:`islab.launcher.plan.build_plan`), and the plan is printed (``--dry-run``) or
-run (:func:`islab.launcher.supervise.run_plan`). Every failure the user can fix is one line on
+become spec layers (:func:`islab.resolve.resolve.resolve_spec` merges and validates them), the spec
+becomes a plan (:func:`islab.plan.plan.build_plan`), and the plan is printed (``--dry-run``) or
+run (:func:`islab.run.supervise.run_plan`). Every failure the user can fix is one line on
 stderr, ``error: <field>: <what is wrong>. <fix>.``, with exit code 2 and no traceback.
 
 Exit codes: 0 success (or a dry run); 2 the spec or command line is wrong, nothing started;
@@ -25,18 +25,23 @@ from typing import Any, NoReturn
 import typer
 
 from islab.cli.options import BY_NAME, OPTIONS, signature
+from islab.doctor import checks as doctor
+from islab.doctor import facts as doctor_facts
+from islab.doctor import report as doctor_report
+from islab.doctor.probes import find_free_port, local_address_towards, visible_gpu_count
 from islab.k8s import allocation as k8s_allocation
-from islab.launcher import doctor, doctor_report, slurm
-from islab.launcher import plan as planner
-from islab.launcher.addresses import split_host_port
-from islab.launcher.issues import Issue, SpecError, mask_env
-from islab.launcher.plan import LaunchPlan
-from islab.launcher.probes import find_free_port, local_address_towards, visible_gpu_count
-from islab.launcher.resolve import Provided, ResolvedSpec, Source, resolve_spec
-from islab.launcher.spec import RunSpec
-from islab.launcher.supervise import ConsoleOptions, run_plan
-from islab.launcher.torchrun import with_c10d_node_facts
+from islab.plan import plan as planner
+from islab.plan.dry_run import format_json, format_text
+from islab.plan.launch_issues import launch_issues
+from islab.plan.launch_plan import LaunchPlan
+from islab.plan.torchrun import with_c10d_node_facts
+from islab.resolve import slurm
+from islab.resolve.resolve import Provided, ResolvedSpec, Source, resolve_spec
+from islab.run.supervise import ConsoleOptions, run_plan
 from islab.rundir import rank_log, write_launch_record
+from islab.spec.addresses import split_host_port
+from islab.spec.issues import Issue, SpecError, mask_env
+from islab.spec.run_spec import RunSpec
 
 # The arguments after `--` (None: no `--` was given), set by islab.cli.run before click parses the rest.
 ENTRY_ARGS: list[str] | None = None
@@ -254,10 +259,10 @@ def _plan_and_go(resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, al
                 f"{visible_gpus} CUDA device(s) are visible here (fine for a dry run)",
                 file=sys.stderr,
             )
-        print(planner.format_json(plan) if json_output else planner.format_text(plan, resolved))
+        print(format_json(plan) if json_output else format_text(plan, resolved))
         raise typer.Exit(0)
 
-    issues = planner.launch_issues(spec, platform=sys.platform, visible_gpus=visible_gpus)
+    issues = launch_issues(spec, platform=sys.platform, visible_gpus=visible_gpus)
     if issues:
         fail(SpecError(issues))
     node_rank = spec.node_rank if spec.node_rank is not None else 0
@@ -305,7 +310,7 @@ def _plan_and_go(resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, al
 def _preflight(spec: RunSpec, plan: LaunchPlan, visible_gpus: int) -> bool:
     """The cheap doctor checks before a real launch: errors stop it (exit 2), warnings print.
     Returns whether this node owns the c10d endpoint's address (it must host the store)."""
-    facts = doctor.gather_facts(spec, plan, full=False, visible_gpus=visible_gpus)
+    facts = doctor_facts.gather_facts(spec, plan, full=False, visible_gpus=visible_gpus)
     errors, warnings = doctor_report.launch_messages(doctor.run_checks(facts, before_launch=True))
     for line in warnings + errors:
         print(line, file=sys.stderr)

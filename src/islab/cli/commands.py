@@ -1,4 +1,5 @@
-"""The subcommands: ``doctor`` (pre-flight checks), ``sbatch`` (a SLURM batch script), ``tasks``,
+"""The subcommands: ``doctor`` (pre-flight checks), ``sbatch`` (a SLURM batch script), ``k8s`` (a
+Kubernetes job: :mod:`islab.cli.k8s_command`), ``tasks``,
 ``play`` and ``export`` (a trained run: :mod:`islab.policy.cli_commands`).
 
 ``doctor`` and ``sbatch`` take the training command's spec options (the option table of
@@ -17,12 +18,17 @@ from typing import Annotated, Any
 import typer
 
 from islab.cli.app import entry_args, fail, resolve, source_of, typer_app
+from islab.cli.k8s_command import K8S_EPILOG, K8S_HELP, k8s_command
 from islab.cli.options import OPTIONS, keyword, signature
-from islab.launcher import doctor, doctor_report, slurm
-from islab.launcher import plan as planner
-from islab.launcher.issues import SpecError
-from islab.launcher.probes import find_free_port
+from islab.doctor import checks as doctor
+from islab.doctor import facts as doctor_facts
+from islab.doctor import report as doctor_report
+from islab.doctor.probes import find_free_port
+from islab.plan import plan as planner
+from islab.plan import sbatch
 from islab.policy import cli_commands as policy_commands
+from islab.resolve import slurm
+from islab.spec.issues import SpecError
 
 SUBCOMMANDS = ("doctor", "sbatch", "k8s", "tasks", "play", "export")
 PANEL_DOCTOR = "Doctor"
@@ -62,7 +68,7 @@ def doctor_command(ctx: typer.Context, **options: Any) -> None:
         plan = planner.build_plan(spec, now=datetime.now(), free_port=find_free_port())
     except SpecError as exc:
         fail(exc)
-    facts = doctor.gather_facts(spec, plan, full=True)
+    facts = doctor_facts.gather_facts(spec, plan, full=True)
     checks = doctor.run_checks(facts)
     if options["json_output"]:
         print(doctor_report.to_json(checks, facts))
@@ -132,7 +138,7 @@ SBATCH_OPTIONS = (
                 rich_help_panel=PANEL_SBATCH,
             ),
         ],
-        slurm.DEFAULT_SIGNAL_BEFORE_S,
+        sbatch.DEFAULT_SIGNAL_BEFORE_S,
     ),
     keyword(
         "job_name",
@@ -173,7 +179,7 @@ def sbatch_command(ctx: typer.Context, **options: Any) -> None:
     log_dir = Path(spec.log_dir).absolute()
     gpus_per_node = spec.nproc_per_node if spec.device == "cuda" else 0
     cpus = options["cpus_per_task"] or (spec.nproc_per_node if spec.device == "cpu" else 4 * spec.nproc_per_node)
-    batch = slurm.BatchOptions(
+    batch = sbatch.BatchOptions(
         nodes=spec.nnodes,
         job_name=options["job_name"] or f"islab-{spec.lib}",
         output=str(log_dir / "slurm-%x-%j.out"),
@@ -184,12 +190,12 @@ def sbatch_command(ctx: typer.Context, **options: Any) -> None:
         requeue=options["requeue"],
         signal_before_s=options["signal_before"],
     )
-    issues = slurm.batch_option_issues(batch)
+    issues = sbatch.batch_option_issues(batch)
     if issues:
         fail(SpecError(issues))
     node_command = [spec.python, "-m", "islab.cli", "--slurm", *_forwarded_options(ctx, options, log_dir)]
     log_dir.mkdir(parents=True, exist_ok=True)
-    print(slurm.sbatch_script(batch, node_command), end="", flush=True)
+    print(sbatch.sbatch_script(batch, node_command), end="", flush=True)
     print(f"islab-train: batch script for {spec.nnodes} node(s); job output goes to {batch.output}", file=sys.stderr)
 
 
@@ -280,7 +286,7 @@ def tasks_command(
         )  # fmt: skip
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
     console.print(table)
-    from islab.launcher.resolve import install_extra_hint
+    from islab.resolve.resolve import install_extra_hint
 
     for extra in sorted({row["extra"] for row in rows if row["extra_missing"]}):
         hint = install_extra_hint(extra)
@@ -324,6 +330,4 @@ def export_command(run_dir: RUN_DIR_ARGUMENT, checkpoint: CHECKPOINT_OPTION = "l
     raise typer.Exit(policy_commands.export_command(run_dir, checkpoint=checkpoint))
 
 
-from islab.cli import k8s_command  # noqa: E402  (registers `k8s` on `commands`; it imports this module)
-
-__all__ = ["SUBCOMMANDS", "commands", "k8s_command"]
+commands.command("k8s", epilog=K8S_EPILOG, help=K8S_HELP)(k8s_command)

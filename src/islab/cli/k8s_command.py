@@ -1,4 +1,5 @@
-"""``islab-train k8s``: print the Kubernetes job that runs this training, as ``sbatch`` prints a batch script.
+"""``islab-train k8s``: print the Kubernetes job that runs this training, as ``sbatch`` prints a batch
+script (registered with the other subcommands in :mod:`islab.cli.commands`).
 
 It takes everything a launch takes and resolves the same spec -- with a *planned* Kubernetes
 allocation standing in for the one each pod will read, so a cluster spec without a rendezvous
@@ -21,16 +22,15 @@ from typing import Annotated, Any
 import typer
 
 from islab.cli.app import _apply_gpus, _layers, fail, resolve
-from islab.cli.commands import commands
 from islab.cli.options import OPTIONS, keyword, signature
 from islab.k8s import manifests
 from islab.k8s.allocation import KubernetesAllocation
 from islab.k8s.names import DEFAULT_FORMAT, DEFAULT_RUNTIME, FORMATS, RENDEZVOUS_PORT, RUNS_MOUNT
 from islab.k8s.options import DEFAULT_SECRET, K8sOptions, option_issues
 from islab.k8s.pod import PodJob
-from islab.launcher.issues import Issue, SpecError, is_secret_name
-from islab.launcher.plan import run_dir_for
-from islab.launcher.resolve import Provided, load_cluster_file
+from islab.plan.plan import run_dir_for
+from islab.resolve.resolve import Provided, load_cluster_file
+from islab.spec.issues import Issue, SpecError, is_secret_name
 
 PANEL_K8S = "Kubernetes"
 # Given by the controller in each pod (islab.k8s.allocation), or by the manifest (the volume's path).
@@ -160,12 +160,10 @@ def k8s_command(ctx: typer.Context, **options: Any) -> None:
 k8s_command.__signature__ = signature(  # type: ignore[attr-defined]
     train=False, exclude=EXCLUDED_OPTIONS, own=K8S_OPTIONS
 )
-commands.command(
-    "k8s",
-    epilog=K8S_EPILOG,
-    help="Print the Kubernetes manifest that runs this training (Kubeflow TrainJob, PyTorchJob, JobSet, or an "
-    "Indexed Job + headless Service; one islab-train per pod). Usage: islab-train k8s ... | kubectl apply -f -",
-)(k8s_command)
+K8S_HELP = (
+    "Print the Kubernetes manifest that runs this training (Kubeflow TrainJob, PyTorchJob, JobSet, or an "
+    "Indexed Job + headless Service; one islab-train per pod). Usage: islab-train k8s ... | kubectl apply -f -"
+)
 
 
 def _k8s_options(options: dict[str, Any], name: str) -> K8sOptions:

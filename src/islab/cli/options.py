@@ -4,8 +4,8 @@ Each :class:`Option` row gives the flag as typed, what it does, its help panel a
 it sets. From the table come the Typer parameters of the training command (and of ``doctor`` and
 ``sbatch``, which take the same spec options), the ``ISLAB_*`` variable of every option (``ISLAB_``
 + the flag in upper case, ``-`` -> ``_``), the command-line and environment layers handed to
-:func:`islab.launcher.resolve.resolve_spec`, the options ``sbatch`` forwards to each node, and the
-defaults the help states -- read from the spec's schema (:class:`~islab.launcher.spec.RunSpec`)
+:func:`islab.resolve.resolve.resolve_spec`, the options ``sbatch`` forwards to each node, and the
+defaults the help states -- read from the spec's schema (:class:`~islab.spec.run_spec.RunSpec`)
 and the planner's constants, never written into a help string.
 """
 
@@ -20,13 +20,14 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape as escape_markup
 
-from islab.launcher.plan import (
+from islab.libs.registry import LIBRARIES, frameworks_of
+from islab.plan.plan import (
     HANG_TIMEOUT_RDZV_FACTOR,
     LOCALHOST,
     MIN_DEFAULT_HANG_TIMEOUT_S,
     default_hang_timeout,
 )
-from islab.launcher.spec import (
+from islab.spec.run_spec import (
     CHOICES,
     DEFAULT_C10D_ID,
     DEFAULT_MULTINODE_MASTER_PORT,
@@ -34,7 +35,7 @@ from islab.launcher.spec import (
     Rendezvous,
     RunSpec,
 )
-from islab.libs.registry import LIBRARIES, frameworks_of
+from islab.spec.worker_args import spec_options
 
 PANEL_TRAINING = "Training"
 PANEL_PROCESSES = "Processes on this node"
@@ -118,6 +119,18 @@ class Option:
 
 def keyword(name: str, annotation: Any, default: Any) -> inspect.Parameter:
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
+
+
+def worker_options() -> tuple[Option, ...]:
+    """The rows of the worker options declared in :mod:`islab.spec.worker_args` with their own
+    spec field (``cli``): the same flag as the worker's, the spec field of the row's name."""
+    panels = {"training": PANEL_TRAINING, "output": PANEL_OUTPUT}
+    rows = []
+    for arg in spec_options():
+        assert arg.cli is not None
+        kind = _choice(f"{arg.name}_choice", arg.choices) if arg.choices is not None else arg.kind
+        rows.append(Option(arg.flag, arg.cli.help, panels[arg.cli.panel], arg.name, kind, "Default: {}.", arg.metavar))
+    return tuple(rows)
 
 
 def _jax_libraries() -> str:
@@ -220,6 +233,7 @@ OPTIONS: tuple[Option, ...] = (
            "logs to one Weights & Biases run per run directory, step = env steps of the whole job, continued by "
            "--resume RUN_DIR (WANDB_MODE=offline: files only, under <run_dir>/wandb).", PANEL_OUTPUT, "logger",
            LoggerChoice, "Default: {}."),
+    *worker_options(),
     Option("--python", "Interpreter for the launcher and the ranks, e.g. ${ISAACSIM_PYTHON_EXE}.", PANEL_OUTPUT,
            "python", str, "[default: this interpreter]"),
     Option("--dry-run", "Print the commands (with where each value came from) and exit.", PANEL_OUTPUT, kind=bool,

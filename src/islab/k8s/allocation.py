@@ -1,7 +1,7 @@
 """Kubernetes: take the node layout from what the pod's controller injects.
 
 A pod written by ``islab-train k8s`` runs one ``islab-train`` (one node of the job), which reads
-its place in the job from the environment, as :mod:`islab.launcher.slurm` reads srun's:
+its place in the job from the environment, as :mod:`islab.resolve.slurm` reads srun's:
 
 Kubeflow Trainer's ``TrainJob`` (torch-distributed runtime) and training-operator's ``PyTorchJob``
 inject torchrun's own ``PET_*`` variables:
@@ -49,12 +49,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from islab.doctor import probes
 from islab.k8s.names import FORMAT_VARIABLE, FORMATS, JOB_VARIABLE, MASTER_VARIABLE, NNODES_VARIABLE, RENDEZVOUS_PORT
-from islab.launcher import probes
-from islab.launcher.addresses import join_host_port, split_host_port
-from islab.launcher.issues import Issue, SpecError
-from islab.launcher.resolve import Provided
-from islab.launcher.slurm import _launcher as launcher_chosen
+from islab.resolve.resolve import Provided
+from islab.resolve.slurm import _launcher as launcher_chosen
+from islab.spec.addresses import join_host_port, split_host_port
+from islab.spec.issues import Issue, SpecError
 
 DNS_POLL_S = 1.0
 # Which controller's variables a format's pods carry.
@@ -94,7 +94,7 @@ class KubernetesAllocation:
 
     def layer(self, chosen: Mapping[str, Any]) -> dict[str, Provided]:
         """The allocation as a spec layer; ``chosen`` holds what the other layers set, because the
-        rendezvous lands in a different field per launcher (as in :meth:`islab.launcher.slurm.Allocation.layer`)."""
+        rendezvous lands in a different field per launcher (as in :meth:`islab.resolve.slurm.Allocation.layer`)."""
         origin = self.origins
         layer = {"nnodes": Provided(self.nnodes, origin["nnodes"])}
         if self.node_rank is not None:

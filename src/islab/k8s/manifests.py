@@ -39,7 +39,7 @@ from islab.k8s.pod import (
     volume_mounts,
     volumes,
 )
-from islab.launcher.issues import Issue
+from islab.spec.issues import Issue
 
 # The replicated Job and container the torch-distributed runtime defines (kubeflow/trainer
 # manifests/base/runtimes/torch_distributed.yaml; pkg/constants/constants.go: Node = "node").

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from islab.k8s.names import DEFAULT_FORMAT, DEFAULT_RUNTIME, FORMATS
-from islab.launcher.issues import Issue, suggest
+from islab.spec.issues import Issue, suggest
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 DNS_LABEL_MAX = 63

@@ -9,13 +9,13 @@ Every format's manifest (:mod:`islab.k8s.manifests`) wraps the same pod:
 * ``/dev/shm`` is an ``emptyDir`` of medium ``Memory``: a container's default 64 MB breaks NCCL
   and the data loaders;
 * ``terminationGracePeriodSeconds`` above islab-train's own preemption grace
-  (:data:`islab.stopping.PREEMPT_GRACE_S`), so that the SIGTERM of a pod deletion, eviction or
+  (:data:`islab.spec.stopping.PREEMPT_GRACE_S`), so that the SIGTERM of a pod deletion, eviction or
   preemption ends with ``checkpoints/latest.pt`` written, not with the kubelet's SIGKILL;
 * the run directories live on the ``--logs-pvc`` claim: a pod started again (a container
   restart, a new pod of the same job) finds its job's run directory ``k8s-<name>`` and resumes
   from its checkpoint (:mod:`islab.worker.resume`), as a requeued SLURM job does;
 * env values that look secret (``*_TOKEN``, ``*_KEY``, ``*SECRET*``, ``*PASSWORD*``:
-  :func:`islab.launcher.issues.is_secret_name`) are never written, only a ``secretKeyRef`` to a
+  :func:`islab.spec.issues.is_secret_name`) are never written, only a ``secretKeyRef`` to a
   key of the same name in the Secret ``--secret`` (docs/KUBERNETES.md says how to create it);
 * labels that identify the run (``app.kubernetes.io/*``, ``islab-train/lib``, ``islab-train/task``).
 """
@@ -28,8 +28,8 @@ from typing import Any
 
 from islab.k8s.names import FORMAT_VARIABLE, JOB_VARIABLE, RENDEZVOUS_PORT, RUNS_MOUNT
 from islab.k8s.options import K8sOptions, label_value
-from islab.launcher.issues import is_secret_name
-from islab.stopping import PREEMPT_GRACE_S
+from islab.spec.issues import is_secret_name
+from islab.spec.stopping import PREEMPT_GRACE_S
 
 # The kubelet's SIGKILL must come after islab-train's own: its grace, then time to write the
 # checkpoint and the launch record and exit.

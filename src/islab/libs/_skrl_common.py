@@ -43,9 +43,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from islab.budget import rollout_length
 from islab.envs.base import DirectRLEnv
 from islab.libs.base import LibraryAdapter, TrainResult
+from islab.spec.budget import rollout_length
 
 if TYPE_CHECKING:
     from islab.worker.context import RankContext

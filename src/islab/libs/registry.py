@@ -31,7 +31,7 @@ class Library:
     """One RL library. ``launchers``: framework -> ``"torchrun"`` | ``"skrl-jax"`` (the ONE place
     that decides which launcher starts the ranks); ``adapters``: framework -> ``"module:Class"``
     (imported only on a rank, by :func:`islab.libs.load_adapter`); ``rollout_key``: the
-    agent-config path of the env steps one env collects per iteration (:mod:`islab.budget`);
+    agent-config path of the env steps one env collects per iteration (:mod:`islab.spec.budget`);
     ``framework_distributions``: pip distributions a framework adds (the doctor checks them)."""
 
     name: str

@@ -68,7 +68,6 @@ from rl_games.common.algo_observer import AlgoObserver
 from rl_games.common.ivecenv import IVecEnv
 from rl_games.torch_runner import Runner
 
-from islab.budget import rollout_length
 from islab.envs.base import DirectRLEnv
 from islab.libs.base import LibraryAdapter, TrainResult, atomic_torch_save
 from islab.libs.fused_sync import all_reduce_float64, all_reduce_gradients_and, as_broadcast_float, use_fused_sync
@@ -79,6 +78,7 @@ from islab.libs.rl_games_normalizer import (
     packed_moments,
     use_global_normalizers,
 )
+from islab.spec.budget import rollout_length
 from islab.worker.context import RankContext, init_process_group
 
 ENV_NAME = "islab"  # the env_name / vecenv type our env is registered under

@@ -79,11 +79,11 @@ from rsl_rl.modules import EmpiricalNormalization
 from rsl_rl.runners import OnPolicyRunner
 from tensordict import TensorDict
 
-from islab.budget import rollout_length
 from islab.envs.base import DirectRLEnv
 from islab.libs.base import LibraryAdapter, TrainResult, atomic_torch_save
 from islab.libs.fused_sync import all_reduce_float64, all_reduce_gradients_and, as_broadcast_float, use_fused_sync
 from islab.libs.recent_returns import RecentReturns
+from islab.spec.budget import rollout_length
 from islab.worker.context import RankContext, init_process_group
 
 

@@ -16,9 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from islab.launcher.issues import Issue, SpecError
 from islab.policy.loading import job_free_environment
 from islab.policy.source import PolicySource, resolve_source
+from islab.spec.issues import Issue, SpecError
 
 DEVICES = ("cpu", "cuda")
 

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from islab import rundir
-from islab.launcher.issues import Issue, SpecError
 from islab.policy.source import resolve_source
+from islab.spec.issues import Issue, SpecError
 
 TOLERANCE = 1e-5
 CHECK_SAMPLES = 1000

@@ -26,16 +26,12 @@ from typing import TYPE_CHECKING, Any
 from islab import rundir
 from islab.libs.registry import apply_env_fixes
 from islab.policy.source import PolicySource
+from islab.spec.launch_rules import JOB_VARIABLES
+from islab.spec.worker_args import default_of
 
 if TYPE_CHECKING:
     from islab.envs.base import DirectRLEnv
     from islab.libs.base import LibraryAdapter
-
-# What a launcher tells a rank about its job; a play/export process is a job of its own.
-JOB_VARIABLES = (
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
-    "JAX_RANK", "JAX_LOCAL_RANK", "JAX_WORLD_SIZE", "JAX_COORDINATOR_ADDR", "JAX_COORDINATOR_PORT",
-)  # fmt: skip
 
 
 class PolicyLoadError(Exception):
@@ -94,7 +90,7 @@ def load_policy(
 
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise PolicyLoadError("--device", "cuda is not available on this machine. Use --device cpu")
-    base_seed = int(source.spec.get("seed", 42) if seed is None else seed)
+    base_seed = int(source.spec.get("seed", default_of("seed")) if seed is None else seed)
     ctx = RankContext(
         rank=0, local_rank=0, world_size=1, local_world_size=1, device=resolve_device(device, 0),
         backend="nccl" if device.startswith("cuda") else "gloo", base_seed=base_seed, launcher="single",

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from islab import rundir
-from islab.launcher.issues import Issue, SpecError
 from islab.policy.source import resolve_source
+from islab.spec.issues import Issue, SpecError
 
 DEFAULT_EPISODES = 32
 

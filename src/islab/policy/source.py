@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from islab import rundir
-from islab.launcher.issues import Issue, SpecError
+from islab.spec.issues import Issue, SpecError
 
 CHECKPOINT_CHOICES = ("latest", "best")
 HISTORY_PREFIX = "iter_"

@@ -13,12 +13,12 @@ top to bottom, is the whole story of a rank:
                     rank 0 reads and broadcasts (islab.worker.resume, .checkpoint, .collectives),
                     loaded into the adapter before training
     preemption      SIGTERM/SIGUSR1: every rank stops after the same iteration, rank 0 checkpoints
-                    it, the rank exits 75 (islab.worker.preemption, islab.stopping)
+                    it, the rank exits 75 (islab.worker.preemption, islab.spec.stopping)
     results         policy digest per rank (to prove every rank holds the same policy), summary
 
 Iterations count from the start of a run, across resumes (islab.worker.resume). ``--total-env-steps T``
 replaces ``--max-iterations`` with ``ceil(T / (world size × num_envs × rollout length))``
-iterations, computed here from the world size this job actually got (islab.budget); with
+iterations, computed here from the world size this job actually got (islab.spec.budget); with
 ``--resume`` that is T more env steps.
 
 ``@record`` makes an exception's traceback reach torchrun's failure summary instead of being lost.
@@ -38,80 +38,25 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from islab import rundir
-from islab.agent_config import AgentConfigError, load_agent_config
-from islab.budget import Budget
-from islab.libs.registry import LIBRARIES, ML_FRAMEWORKS, apply_env_fixes, launcher_of
+from islab.libs.registry import apply_env_fixes, launcher_of
+from islab.spec.agent_config import AgentConfigError, load_agent_config
+from islab.spec.budget import Budget
+from islab.spec.worker_args import build_parser, parse
 from islab.tasks import TASKS, add_task_module
 from islab.worker.faults import maybe_inject_fault
 
-DEFAULT_PEER_TIMEOUT_S = 600.0
-
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m islab.worker", description=__doc__.splitlines()[0])
-    parser.add_argument("--lib", choices=tuple(LIBRARIES), required=True)
-    parser.add_argument("--ml-framework", choices=ML_FRAMEWORKS, default="torch")
-    parser.add_argument("--task", required=True, help="a registered task id (see islab-train tasks)")
-    parser.add_argument(
-        "--task-module",
-        metavar="MOD",
-        help="import MOD from the working directory first: a module that registers tasks without being installed",
-    )
-    parser.add_argument("--num-envs", type=int, required=True, help="environments on this rank")
-    parser.add_argument("--seed", type=int, default=42, help="base seed; each rank adds its global rank")
-    length = parser.add_mutually_exclusive_group(required=True)
-    length.add_argument("--max-iterations", type=int, help="training iterations per run (every rank)")
-    length.add_argument(
-        "--total-env-steps",
-        type=int,
-        metavar="N",
-        help="train until the env steps summed over all ranks reach N (the iterations follow from the world size)",
-    )
-    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    parser.add_argument("--run-dir", type=Path, required=True)
-    parser.add_argument("--distributed", action="store_true", help="train across all ranks of the job")
-    parser.add_argument(
-        "--resume",
-        type=Path,
-        default=None,
-        metavar="PATH",
-        help="continue a run: its directory (checkpoints/latest.pt) or a checkpoint file; "
-        "--max-iterations M more iterations (--total-env-steps N more env steps) are trained. Only rank 0 reads it.",
-    )
-    parser.add_argument(
-        "--checkpoint-interval",
-        type=int,
-        default=None,
-        metavar="N",
-        help="write an islab checkpoint every N iterations (default 10; 0: only after the last)",
-    )
-    parser.add_argument(
-        "--peer-timeout",
-        type=float,
-        default=DEFAULT_PEER_TIMEOUT_S,
-        metavar="SECONDS",
-        help="how long a collective waits for the other ranks before this rank fails (a node that "
-        "vanished without closing its sockets would otherwise hang the job)",
-    )
-    parser.add_argument(
-        "--logger",
-        choices=("tensorboard", "wandb"),
-        default="tensorboard",
-        help="wandb: rank 0 also logs every iteration to one Weights & Biases run per run directory",
-    )
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="agent-config overrides")
-    args = parser.parse_args(argv)
+    """The command line the planner wrote (islab.spec.worker_args declares every argument), plus
+    the checks that need this side: the task is registered, the library has the framework."""
+    parser = build_parser(description=__doc__.splitlines()[0])
+    args = parse(parser, argv)
     if args.task_module is not None:
         add_task_module(args.task_module)
     if args.task not in TASKS:
         parser.error(f"--task {args.task!r} is not registered; known: {', '.join(TASKS)}")
     if launcher_of(args.lib, args.ml_framework) is None:
         parser.error(f"--ml-framework {args.ml_framework} is not available with --lib {args.lib}")
-    for option, value in (("--max-iterations", args.max_iterations), ("--total-env-steps", args.total_env_steps)):
-        if value is not None and value < 1:
-            parser.error(f"{option} must be >= 1")
-    if args.checkpoint_interval is not None and args.checkpoint_interval < 0:
-        parser.error("--checkpoint-interval must be >= 0")
     return args
 
 
@@ -182,7 +127,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from islab.envs import make_env
     from islab.libs import load_adapter
     from islab.libs.base import TrainResult, state_digest
-    from islab.worker.checkpoint import DEFAULT_INTERVAL, Checkpointer, identity, restore
+    from islab.worker.checkpoint import Checkpointer, identity, restore
     from islab.worker.collectives import collective_for
     from islab.worker.context import RankContext, configure_process, init_process_group
     from islab.worker.preemption import Preempted, StopRequest
@@ -252,9 +197,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             + ("" if lost is None else f"; {lost} iteration(s) since that checkpoint were lost and are redone"),
             flush=True,
         )
-    interval = DEFAULT_INTERVAL if args.checkpoint_interval is None else args.checkpoint_interval
     stop = StopRequest()
-    adapter.checkpointer = Checkpointer(collective, run_dir, run_identity, spec, interval=interval, stop=stop)
+    adapter.checkpointer = Checkpointer(
+        collective,
+        run_dir,
+        run_identity,
+        spec,
+        interval=args.checkpoint_interval,
+        keep=args.keep_checkpoints,
+        stop=stop,
+    )
     wandb_logger = None
     if args.logger == "wandb" and ctx.is_main:
         from islab.worker.wandb_logger import WandbLogger
@@ -384,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from torch.distributed.elastic.multiprocessing.errors import record
 
-    from islab.stopping import PREEMPTED_EXIT_CODE
+    from islab.spec.stopping import PREEMPTED_EXIT_CODE
     from islab.worker.checkpoint import CheckpointError
     from islab.worker.preemption import Preempted
 

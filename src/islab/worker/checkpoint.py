@@ -67,6 +67,7 @@ import torch
 
 from islab import rundir
 from islab.libs.base import atomic_torch_save, state_digest
+from islab.spec.worker_args import default_of
 from islab.worker.collectives import Collective
 from islab.worker.preemption import Preempted, StopRequest
 
@@ -75,8 +76,9 @@ if TYPE_CHECKING:
 
 FORMAT = "islab-checkpoint/1"
 LATEST = rundir.LATEST_CHECKPOINT
-DEFAULT_INTERVAL = 10  # iterations between checkpoints; the last iteration is always checkpointed
-DEFAULT_KEEP = 3  # iter_<N>.pt files kept beside latest.pt
+# Iterations between checkpoints (the last iteration is always checkpointed): the worker option's default.
+DEFAULT_INTERVAL: int = default_of("checkpoint_interval")
+DEFAULT_KEEP: int = default_of("keep_checkpoints")  # iter_<N>.pt files kept beside latest.pt
 
 
 class CheckpointError(Exception):

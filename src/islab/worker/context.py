@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from islab.spec.worker_args import default_of
+
 
 @dataclass(frozen=True)
 class RankContext:
@@ -174,7 +176,7 @@ def attempt_store(ctx: RankContext, timeout: timedelta, environ: Mapping[str, st
     return dist.PrefixStore(f"islab/attempt_{restart}", store)
 
 
-def init_process_group(ctx: RankContext, timeout_s: float = 600.0) -> None:
+def init_process_group(ctx: RankContext, timeout_s: float = default_of("peer_timeout")) -> None:
     """Join the torch collective group (torchrun jobs only; skrl-JAX ranks use jax.distributed)."""
     import torch.distributed as dist
 

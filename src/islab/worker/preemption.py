@@ -1,4 +1,4 @@
-"""Stop every rank at the same iteration when the job is preempted (:mod:`islab.stopping`).
+"""Stop every rank at the same iteration when the job is preempted (:mod:`islab.spec.stopping`).
 
 A signal reaches the ranks at different moments (torchrun forwards it, SLURM signals every
 process, islab-train signals the ranks it tracks), so the handler only notes it. After every
@@ -13,7 +13,7 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-from islab.stopping import PREEMPT_SIGNALS
+from islab.spec.stopping import PREEMPT_SIGNALS
 from islab.worker.collectives import Collective
 
 

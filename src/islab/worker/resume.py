@@ -5,9 +5,9 @@ continues a checkpoint at iteration N for M more iterations (to N+M). A restart 
 an elastic restart (torchrun ``--max_restarts``; ``TORCHELASTIC_RESTART_COUNT`` > 0) or a requeued
 SLURM job (same ``SLURM_JOB_ID``, ``SLURM_RESTART_COUNT`` > 0, whose run directory is named after
 the job id), or a pod of a Kubernetes job started again (``ISLAB_K8S_JOB``, run directory
-``k8s-<job>`` on the job's volume) -- resumes from this run's own ``checkpoints/latest.pt`` when that job wrote one, and
-trains only up to the iteration the job was asked to reach, which the checkpoint records
-(``spec.target_iteration``). Isaac Lab restarts from scratch.
+``k8s-<job>`` on the job's volume) -- resumes from this run's own ``checkpoints/latest.pt`` when
+that job wrote one, and trains only up to the iteration the job was asked to reach, which the
+checkpoint records (``spec.target_iteration``). Isaac Lab restarts from scratch.
 """
 
 from __future__ import annotations

@@ -1,0 +1,246 @@
+"""The planner: a :class:`~islab.spec.run_spec.RunSpec` turned into the exact commands each node runs.
+
+The plan's shape (nodes, ranks, launchers, rendezvous) is :mod:`islab.plan.launch_plan`.
+
+Which launcher a library uses is the library registry's one decision
+(:attr:`RunSpec.launcher <islab.spec.run_spec.RunSpec.launcher>`), recorded in :attr:`LaunchPlan.launcher`; the
+launcher's own module writes its command (:mod:`islab.plan.torchrun`,
+:mod:`islab.plan.skrl_jax`) and everything later reads the plan.
+
+Everything in this module is a pure function of its inputs -- the spec, the clock and a port the
+caller found free (and the agent-config YAML the spec names, for the budget's rollout length) --
+so the same inputs always give the same plan and tests need no machine state.
+Probing ports, counting GPUs and starting processes happen at the edges (:mod:`islab.doctor.probes`,
+:mod:`islab.run.supervise`). No torch import here, and nothing from the rank side.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path, PurePath
+from types import MappingProxyType
+
+from islab.libs.registry import apply_env_fixes
+from islab.plan import skrl_jax, torchrun
+from islab.plan.launch_plan import LaunchPlan, NodePlan, RankLaunch
+from islab.resolve.isaaclab import tensorboard_root
+from islab.spec.addresses import join_host_port, split_host_port
+from islab.spec.agent_config import load_agent_config
+from islab.spec.budget import Budget
+from islab.spec.launch_rules import shared_fields
+from islab.spec.run_spec import (
+    DEFAULT_C10D_ID,
+    DEFAULT_MULTINODE_MASTER_PORT,
+    RunSpec,
+)
+from islab.spec.worker_args import to_argv, values_from
+
+LOCALHOST = "127.0.0.1"
+RUN_DIR_TIME_FORMAT = "%Y-%m-%d_%H-%M-%S"
+# The default hang timeout: never shorter than the waits a healthy job may have -- a collective
+# waits up to the rendezvous timeout T for a slow peer, an elastic restart up to T for the nodes to
+# join again, so twice T -- and never under ten minutes, since killing a healthy job costs more
+# than noticing a hung one a few minutes late (docs/CLI.md, "Hangs").
+HANG_TIMEOUT_RDZV_FACTOR = 2
+MIN_DEFAULT_HANG_TIMEOUT_S = 600
+
+
+def default_hang_timeout(rdzv_timeout_s: int) -> int:
+    return max(HANG_TIMEOUT_RDZV_FACTOR * rdzv_timeout_s, MIN_DEFAULT_HANG_TIMEOUT_S)
+
+
+def hang_timeout_of(spec: RunSpec) -> int:
+    """Seconds without progress before the job counts as hung; 0: not watched (a user's entry
+    point writes no heartbeats)."""
+    if spec.entrypoint is not None:
+        return 0
+    return spec.hang_timeout_s if spec.hang_timeout_s is not None else default_hang_timeout(spec.rendezvous.timeout_s)
+
+
+# ----------------------------------------------------------------------------------------------
+# Pieces
+# ----------------------------------------------------------------------------------------------
+
+
+def run_dir_for(spec: RunSpec, now: datetime, slurm_job_id: int | None = None, job_leaf: str | None = None) -> str:
+    """``<log_dir>/<lib>/<task>/<leaf>[_<run_name>]`` -- chosen once, for all ranks; or the run
+    directory being resumed, so a resumed run keeps its logs and checkpoints together.
+
+    A SLURM job's leaf is ``slurm-<job id>``: every node knows it, and a requeued job (same id)
+    finds its own run directory again and resumes from its checkpoint (:mod:`islab.worker.resume`).
+    Otherwise, one node: the leaf is the launch time (``YYYY-mm-dd_HH-MM-SS``). Several nodes plan the
+    directory each on its own, so its name must come from what they share, not from each node's
+    clock: the rendezvous id (``--rdzv-id``; c10d under SLURM ``slurm-<job id>``), else a digest of the
+    spec every node was given (identical launches without an id then share the directory)."""
+    if spec.resume is not None and Path(spec.resume).is_dir():
+        return str(spec.resume)
+    if job_leaf is not None:  # a scheduler's job: slurm-<id>, k8s-<name> (islab.k8s.allocation)
+        leaf = job_leaf
+    elif slurm_job_id is not None:
+        leaf = f"slurm-{slurm_job_id}"
+    elif spec.nnodes > 1:
+        leaf = spec.rendezvous.id or f"spec-{_shared_digest(spec)}"
+    else:
+        leaf = now.strftime(RUN_DIR_TIME_FORMAT)
+    leaf = f"{leaf}_{spec.run_name}" if spec.run_name else leaf
+    if spec.entrypoint is not None:  # <log_dir>/<lib>/<script stem | module | command>/<leaf>
+        return str(PurePath(spec.log_dir, spec.lib, entry_label(spec.entrypoint), leaf))
+    return str(PurePath(spec.log_dir, spec.lib, spec.task, leaf))
+
+
+def _shared_digest(spec: RunSpec) -> str:
+    """A digest of the fields every node must agree on (so what may differ per node, such as
+    torchrun's process count or the env, does not split the directory)."""
+    plain = spec.to_plain()
+    shared = {}
+    for name in shared_fields(spec.launcher):
+        section, _, key = name.rpartition(".")
+        shared[name] = plain[section][key] if section else plain[key]
+    return hashlib.sha256(json.dumps(shared, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def entry_label(entrypoint: Mapping[str, str]) -> str:
+    """A directory-safe name for an entry point: the script's stem, the module or the command."""
+    ((kind, name),) = entrypoint.items()
+    label = PurePath(name).stem if kind == "script" else PurePath(name).name
+    return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in label) or kind
+
+
+def entry_argv(spec: RunSpec) -> list[str]:
+    """What follows torchrun's own options (or skrl's JAX launcher's) for a user entry point:
+    ``PATH ARGS`` (run with the spec's python), ``-m NAME ARGS``, or ``--no-python NAME ARGS``."""
+    assert spec.entrypoint is not None
+    ((kind, name),) = spec.entrypoint.items()
+    head = {"script": [name], "module": ["-m", name], "command": ["--no-python", name]}[kind]
+    return [*head, *spec.args]
+
+
+def worker_args(spec: RunSpec, run_dir: str) -> list[str]:
+    """The worker command line of docs/ARCHITECTURE.md (after ``-m islab.worker`` / the script),
+    written from the one table of worker arguments (:mod:`islab.spec.worker_args`)."""
+    return to_argv(values_from(spec.model_dump(), run_dir=run_dir, distributed=True))
+
+
+def budget_of(spec: RunSpec) -> Budget:
+    """The job's sample budget. The world size is known here unless the node count is elastic;
+    reading the agent config (for the rollout length) is a YAML read, no torch."""
+    agent_cfg = load_agent_config(spec.lib, spec.task, spec.overrides)
+    low = (spec.min_nnodes or spec.nnodes) * spec.nproc_per_node
+    high = spec.nnodes * spec.nproc_per_node
+    return Budget.of(
+        spec.lib,
+        agent_cfg,
+        num_envs=spec.num_envs,
+        world_size=(low, high),
+        max_iterations=spec.max_iterations if spec.total_env_steps is None else None,
+        total_env_steps=spec.total_env_steps,
+    )
+
+
+RUN_DIR_ENV = "ISLAB_RUN_DIR"
+
+
+def plan_env(spec: RunSpec, run_dir: str = "") -> dict[str, str]:
+    """Environment every rank of this plan gets on top of the node's own environment."""
+    env = dict(spec.env)
+    if spec.entrypoint is not None:  # a user's script learns where its job's run directory is
+        env[RUN_DIR_ENV] = run_dir
+    apply_env_fixes(spec.lib, spec.ml_framework, spec.device, env)  # the registry's fixes; the user's env wins
+    return env
+
+
+def _derive(spec: RunSpec, free_port: int) -> tuple[dict[str, str], int | None]:
+    """Fill in what the spec left open. A free port is only used on a single node: nodes of a
+    multi-node job cannot agree on a probed port, so they need an explicit one (or 29500)."""
+    rdzv = spec.rendezvous
+    single_node = spec.nnodes == 1
+    if spec.launcher == skrl_jax.NAME:
+        coordinator = spec.coordinator_address or join_host_port(LOCALHOST, free_port)
+        return {"coordinator_address": coordinator}, split_host_port(coordinator)[1]
+    if rdzv.backend == "c10d":
+        endpoint = rdzv.endpoint or join_host_port(LOCALHOST, free_port)
+        return {"rendezvous.endpoint": endpoint, "rendezvous.id": rdzv.id or DEFAULT_C10D_ID}, None
+    if rdzv.master_port is not None:
+        port = rdzv.master_port
+    else:
+        port = free_port if single_node else DEFAULT_MULTINODE_MASTER_PORT
+    derived = {"rendezvous.master_addr": rdzv.master_addr or LOCALHOST, "rendezvous.master_port": str(port)}
+    return derived, port
+
+
+# ----------------------------------------------------------------------------------------------
+# The planner
+# ----------------------------------------------------------------------------------------------
+
+
+def build_plan(
+    spec: RunSpec, *, now: datetime, free_port: int, slurm_job_id: int | None = None, job_leaf: str | None = None
+) -> LaunchPlan:
+    """Plan every node of ``spec`` (or only ``spec.node_rank`` when given).
+
+    ``now`` (or, inside a SLURM allocation, ``slurm_job_id``) names the run directory; ``free_port``
+    is used for a single-node rendezvous or JAX coordinator that the spec left open (the caller
+    probes it; see ``supervise.find_free_port``).
+    """
+    run_dir = run_dir_for(spec, now, slurm_job_id, job_leaf)
+    launcher = spec.launcher
+    derived, node0_port = _derive(spec, free_port)
+    env = MappingProxyType(plan_env(spec, run_dir))
+    worker = worker_args(spec, run_dir) if spec.entrypoint is None else entry_argv(spec)
+    node_ranks = [spec.node_rank] if spec.node_rank is not None else list(range(spec.nnodes))
+    nodes = []
+    for node_rank in node_ranks:
+        if launcher == skrl_jax.NAME:
+            coordinator = derived["coordinator_address"]
+            # Our worker in the module form, as in torchrun's commands: no path of this machine in a
+            # command for another node. A user's entry point is a script: skrl's launcher runs PATH ARGS.
+            program = ("-m", torchrun.WORKER_MODULE, *worker) if spec.entrypoint is None else tuple(worker)
+            ranks = tuple(
+                RankLaunch(
+                    global_rank,
+                    local_rank,
+                    (spec.python, *program),
+                    MappingProxyType({**env, **jax}),
+                )
+                for global_rank, local_rank, jax in skrl_jax.rank_envs(spec, node_rank, coordinator)
+            )
+            argv = skrl_jax.node_argv(spec, node_rank, coordinator, program)
+            nodes.append(NodePlan(node_rank, argv, env, ranks))
+        else:
+            nodes.append(NodePlan(node_rank, torchrun.node_argv(spec, node_rank, derived, worker), env))
+    if spec.hang_timeout_s is None and spec.entrypoint is None:
+        derived = {**derived, "hang_timeout_s": str(hang_timeout_of(spec))}
+    address, kind = _meeting_point(derived)
+    return LaunchPlan(
+        launcher=launcher,
+        run_dir=run_dir,
+        nodes=tuple(nodes),
+        derived=MappingProxyType({**derived, "run_dir": run_dir}),
+        node0_port=node0_port,
+        rendezvous_address=address,
+        rendezvous_kind=kind,
+        rendezvous_timeout_s=spec.rendezvous.timeout_s,
+        nnodes=spec.nnodes,
+        budget=budget_of(spec) if spec.entrypoint is None else None,
+        entrypoint=spec.entrypoint is not None,
+        # Isaac Lab's train.py writes <cwd>/logs/<lib>/...; a user's script, under ISLAB_RUN_DIR
+        events_root=str(tensorboard_root(spec.lib, Path.cwd())) if spec.isaaclab or spec.mjlab else run_dir,
+        events_library=spec.lib if spec.isaaclab or spec.mjlab else None,  # mjlab: <cwd>/logs/rsl_rl
+        events_not_before=now.timestamp() - 1 if spec.entrypoint is not None else None,
+        hang_timeout_s=hang_timeout_of(spec),
+    )
+
+
+def _meeting_point(derived: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """(host:port, kind) where the nodes meet: static master, c10d endpoint or JAX coordinator."""
+    if "coordinator_address" in derived:
+        return derived["coordinator_address"], "JAX coordinator"
+    if "rendezvous.endpoint" in derived:
+        return derived["rendezvous.endpoint"], "c10d endpoint"
+    if "rendezvous.master_addr" in derived:
+        address = join_host_port(derived["rendezvous.master_addr"], int(derived["rendezvous.master_port"]))
+        return address, "static master"
+    return None, None

@@ -1,0 +1,397 @@
+"""What the user sees while a run trains, and when it ends.
+
+The launcher owns the console; the ranks write to their log files (``<run_dir>/logs/rank_<R>.log``)
+and rank 0 appends one JSON line per iteration to ``<run_dir>/progress.jsonl`` (read through
+:mod:`islab.rundir`, which names every file of the run directory). This module turns them into:
+
+* on a terminal, a **live display** (Rich ``Live``): iteration / max with a bar, total env steps/s
+  of all ranks, mean episode return, elapsed time and ETA; lines from the ranks that are shown
+  (see :class:`ConsolePolicy`) scroll above it;
+* elsewhere (CI logs, ``| tee``), a **plain line** every ``interval_s`` seconds when there is
+  news, and the last one at the end -- no escape codes, one line per report;
+* at the end, a **summary table** from ``summary.json`` (wall time, env steps, steps/s, final mean
+  return, checkpoint, run directory, the command that resumes) and **curves.png** (return and
+  steps/s per iteration) drawn from ``progress.jsonl``. The launcher on node 0 writes it, from
+  rank 0's file, after the ranks have exited -- so no rank pays for matplotlib.
+
+Decisions are pure functions (:func:`plain_line`, :func:`eta_s`, :func:`summary_rows`,
+:func:`route_line`); Rich and matplotlib are imported only when something is drawn.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import re
+import shlex
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Literal
+
+from islab.rundir import (
+    CURVES_FILE,
+    SUMMARY_CHECKPOINT,
+    SUMMARY_FILE,
+    ProgressReader,
+    curves_path,
+    progress_path,
+    read_progress,
+    read_summary,
+)
+
+DEFAULT_PLAIN_INTERVAL_S = 10.0
+# torchrun --tee prefixes every line of a worker with "[<role><local_rank>]:"
+_TORCHRUN_LINE = re.compile(r"^\[default(\d+)\]:(.*)$", re.DOTALL)
+
+Stream = Literal["out", "err"]
+# ANSI/VT100 escape sequences (colours, cursor moves): CSI ... final byte, or ESC + one byte.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+# A log record below WARNING, as Python logging formats it in the libraries: "[skrl:INFO] ...",
+# "INFO:root:...", "2026-... - INFO - ..." (checked after the colour codes are gone).
+_QUIET_RECORD = re.compile(r"^\s*(\[[\w.]+:(INFO|DEBUG)\]|(INFO|DEBUG):|\S.*? - (INFO|DEBUG) - )")
+
+
+def strip_ansi(text: str) -> str:
+    return _ANSI.sub("", text)
+
+
+def _is_tty(sink: IO[str]) -> bool:
+    isatty = getattr(sink, "isatty", None)
+    return bool(isatty and isatty())
+
+
+# ----------------------------------------------------------------------------------------------
+# Which lines reach the console
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConsolePolicy:
+    """Default: the launcher's own lines, and rank 0's stderr (warnings, tracebacks); every rank's
+    full output is in its log file. ``all_ranks``: every line of every rank, prefixed."""
+
+    all_ranks: bool = False
+
+    def shows(self, rank: int | None, stream: Stream, text: str = "") -> bool:
+        """Whether a line reaches the console. By default a rank's INFO/DEBUG log records are
+        not shown (README: only warnings and errors), even though logging writes them to stderr."""
+        if rank is None or self.all_ranks:
+            return True
+        return rank == 0 and stream == "err" and not _QUIET_RECORD.match(strip_ansi(text))
+
+
+def route_line(line: str, first_rank: int) -> tuple[int | None, str]:
+    """A line from torchrun's output -> (global rank or None for torchrun's own lines, text).
+
+    ``first_rank`` is the global rank of this node's local rank 0 (``node_rank * nproc``)."""
+    match = _TORCHRUN_LINE.match(line)
+    if match is None:
+        return None, line
+    return first_rank + int(match.group(1)), match.group(2)
+
+
+def rank_prefix(rank: int | None) -> str:
+    return "" if rank is None else f"[rank {rank}] "
+
+
+# ----------------------------------------------------------------------------------------------
+# Formatting (pure)
+# ----------------------------------------------------------------------------------------------
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        return "-"
+    seconds = round(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m{secs:02d}s"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def format_rate(value: float | None) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    if value >= 1e6:
+        return f"{value / 1e6:.2f}M"
+    if value >= 1e4:
+        return f"{value / 1e3:.1f}k"
+    return f"{value:,.0f}"
+
+
+def format_return(value: float | None) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value:.2f}"
+
+
+def eta_s(record: Mapping[str, Any]) -> float | None:
+    """Remaining time at the average pace so far: time_s / iteration x iterations left."""
+    iteration, total, elapsed = record.get("iteration"), record.get("max_iterations"), record.get("time_s")
+    if not iteration or not total or elapsed is None or iteration <= 0:
+        return None
+    return max(0.0, float(elapsed) / iteration * (total - iteration))
+
+
+def plain_line(record: Mapping[str, Any]) -> str:
+    """One progress report for logs: ``iteration 12/150 (8%) | 123.4k steps/s | ...``."""
+    iteration, total = record.get("iteration", 0), record.get("max_iterations") or 0
+    percent = f" ({100 * iteration / total:.0f}%)" if total else ""
+    return (
+        f"islab-train: iteration {iteration}/{total or '?'}{percent} | "
+        f"{format_rate(record.get('steps_per_s'))} env steps/s | "
+        f"mean return {format_return(record.get('mean_return'))} | "
+        f"elapsed {format_duration(record.get('time_s'))} | ETA {format_duration(eta_s(record))}"
+    )
+
+
+def resume_command(run_dir: str) -> str:
+    """The command that continues this run: the run directory alone (its stored spec holds the
+    rest, see :mod:`islab.resolve.resumed`), absolute so that it works from any directory."""
+    return shlex.join(["islab-train", "--resume", os.path.abspath(run_dir)])
+
+
+def summary_rows(summary: Mapping[str, Any], run_dir: str, resume: str | None) -> list[tuple[str, str]]:
+    """The end-of-run table as (label, value) rows, from rank 0's ``summary.json``."""
+    wall = summary.get("wall_s")
+    steps = summary.get("env_steps")
+    rate = summary.get("env_steps_per_s")
+    if rate is None and steps and wall:
+        rate = steps / wall
+    rows = [
+        ("iterations", str(summary.get("iterations", "-"))),
+        ("wall time", format_duration(wall)),
+        ("env steps (all ranks)", f"{steps:,}" if isinstance(steps, int) else "-"),
+        ("env steps/s", format_rate(rate)),
+        ("final mean return", format_return(summary.get("mean_return"))),
+        ("ranks", str(summary.get("world_size", "-"))),
+        # the islab checkpoint, the one summary.json names (--resume, play and export read it)
+        ("checkpoint", str(summary.get(SUMMARY_CHECKPOINT) or "-")),
+        ("run directory", run_dir),
+    ]
+    if resume:
+        # the command itself goes under the table, unwrapped, so it can be copied
+        rows.append(("resume", "the command below"))
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------
+# Drawing
+# ----------------------------------------------------------------------------------------------
+
+
+def _live_renderable(record: Mapping[str, Any] | None, started: float, note: str, waiting: str | None = None) -> Any:
+    from rich.console import Group
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+    from rich.text import Text
+
+    title = Text.from_markup(f"[bold]islab-train[/bold] {note}")
+    elapsed = time.monotonic() - started
+    if record is None:
+        if waiting:  # a user's script between event flushes: elapsed time and rank 0's last line
+            return Group(title, Text(f"{format_duration(elapsed)} elapsed · rank 0: {waiting}", style="dim"))
+        return Group(title, Text.from_markup(f"[dim]waiting for the first iteration… {format_duration(elapsed)}[/dim]"))
+    iteration, total = record.get("iteration", 0), record.get("max_iterations") or 0
+    percent = f" ({100 * iteration / total:.0f}%)" if total else ""
+    head = Table.grid(padding=(0, 1))
+    head.add_column(no_wrap=True)
+    head.add_column(no_wrap=True)
+    head.add_row(
+        ProgressBar(total=float(total or 1), completed=float(iteration), width=40),
+        Text.from_markup(f"[bold]iteration[/bold] {iteration}/{total or '?'}{percent}"),
+    )
+    stats = Text.from_markup(
+        f"[bold]env steps/s[/bold] {format_rate(record.get('steps_per_s'))}  "
+        f"[bold]mean return[/bold] {format_return(record.get('mean_return'))}  "
+        f"[bold]elapsed[/bold] {format_duration(record.get('time_s'))}  "
+        f"[bold]ETA[/bold] {format_duration(eta_s(record))}"
+    )
+    return Group(title, head, stats)
+
+
+class RunView:
+    """The console while a run trains. ``emit`` is safe to call from the output-pump threads;
+    ``tick`` is called by the supervisor's poll loop; ``close`` ends the live display."""
+
+    def __init__(
+        self,
+        run_dir: str,
+        out: IO[str],
+        *,
+        live: bool,
+        progress: bool = True,
+        note: str = "",
+        interval_s: float = DEFAULT_PLAIN_INTERVAL_S,
+        reader: Any = None,
+        last_line: Callable[[], str | None] | None = None,
+    ) -> None:
+        self.run_dir = run_dir
+        self.out = out
+        self.progress = progress
+        self.note = note
+        self.interval_s = interval_s
+        # progress.jsonl (our worker), or a user entry point's TensorBoard events (same records)
+        self.reader = reader if reader is not None else ProgressReader(progress_path(run_dir))
+        # rank 0's last log line: shown with the elapsed time while no iteration has been reported
+        self.last_line = last_line
+        self.latest: dict[str, Any] | None = None
+        self.records: list[dict[str, Any]] = []
+        self._printed: int | None = None
+        self._last_print = -math.inf
+        self._started = time.monotonic()
+        self._lock = threading.Lock()
+        self._live: Any = None
+        self._closed = False
+        if live and progress:
+            from rich.console import Console
+            from rich.live import Live
+
+            console = Console(file=out, force_terminal=True, highlight=False)
+            self._live = Live(
+                _live_renderable(None, self._started, note), console=console, refresh_per_second=4, transient=False
+            )
+            self._live.start()
+
+    def emit(self, text: str, sink: IO[str]) -> None:
+        """Show one line of output (above the live display when there is one)."""
+        if self._live is None and not _is_tty(sink):
+            text = strip_ansi(text)  # plain (non-TTY) output: no escape codes in logs and pipes
+        with self._lock:
+            if self._live is not None:
+                self._live.console.print(text.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
+            else:
+                sink.write(text if text.endswith("\n") else text + "\n")
+                sink.flush()
+
+    def tick(self, *, final: bool = False) -> None:
+        if not self.progress or self._closed:
+            return
+        new = self.reader.poll()
+        if new:
+            self.records.extend(new)
+            self.latest = new[-1]
+        with self._lock:
+            waiting = self.last_line() if self.last_line is not None and self.latest is None else None
+            if self._live is not None:
+                self._live.update(_live_renderable(self.latest, self._started, self.note, waiting))
+                return
+            now = time.monotonic()
+            due = final or now - self._last_print >= self.interval_s
+            if waiting and due and not final:
+                elapsed = format_duration(now - self._started)
+                self.out.write(f"islab-train: {elapsed} elapsed · rank 0: {waiting}\n")
+                self.out.flush()
+                self._last_print = now
+            if self.latest is not None and due and self.latest.get("iteration") != self._printed:
+                self.out.write(plain_line(self.latest) + "\n")
+                self.out.flush()
+                self._printed = self.latest.get("iteration")
+                self._last_print = now
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self.tick(final=True)
+        self._closed = True
+        with self._lock:
+            if self._live is not None:
+                self._live.stop()
+                self._live = None
+
+
+def render_summary(rows: Iterable[tuple[str, str]], out: IO[str], *, tty: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=out, force_terminal=tty, no_color=not tty, width=None if tty else 120, highlight=False)
+    table = Table(title="islab-train: run finished", title_justify="left", show_header=False)
+    table.add_column("what", style="bold", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    for label, value in rows:
+        table.add_row(label, value)
+    console.print(table)
+
+
+def resume_points(records: Sequence[Mapping[str, Any]]) -> list[int]:
+    """The first iteration of every later process of the run (a resume or an elastic restart):
+    each process reports ``time_s`` from its own start, so the clock going back marks one."""
+    return [
+        int(later["iteration"])
+        for earlier, later in itertools.pairwise(records)
+        if (later.get("time_s") or 0.0) < (earlier.get("time_s") or 0.0)
+    ]
+
+
+def write_curves(records: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
+    """``curves.png``: mean return and env steps/s per iteration. None when there is nothing."""
+    if not records:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display, no GUI toolkit
+    import matplotlib.pyplot as plt
+
+    resumed_at = resume_points(records)
+    # After an elastic restart the redone iterations appear twice; the later record is the kept one.
+    records = list({record["iteration"]: record for record in records}.values())
+    records.sort(key=lambda record: record["iteration"])
+    iterations = [record["iteration"] for record in records]
+    returns = [record.get("mean_return") for record in records]
+    rates = [record.get("steps_per_s") for record in records]
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    top.plot(iterations, [math.nan if value is None else value for value in returns], color="tab:blue")
+    top.set_ylabel("mean episode return")
+    top.grid(alpha=0.3)
+    bottom.plot(iterations, [math.nan if value is None else value for value in rates], color="tab:orange")
+    bottom.set_ylabel("env steps/s (all ranks)")
+    bottom.set_xlabel("iteration")
+    bottom.grid(alpha=0.3)
+    for number, iteration in enumerate(resumed_at):  # a resume or restart: a dashed line on both plots
+        for axes in (top, bottom):
+            axes.axvline(iteration - 0.5, color="gray", linestyle="--", linewidth=1,
+                         label="resumed" if number == 0 and axes is top else None)  # fmt: skip
+    if resumed_at:
+        top.legend(loc="lower right")
+    figure.suptitle(Path(path).parent.name)
+    figure.tight_layout()
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    figure.savefig(tmp, dpi=100)
+    plt.close(figure)
+    tmp.replace(path)
+    return path
+
+
+def finish(run_dir: str, out: IO[str], *, tty: bool, resume: str | None, records: Sequence[Mapping[str, Any]]) -> None:
+    """End of a successful run on node 0: curves.png and the summary table."""
+    records = list(records) or read_progress(progress_path(run_dir))
+    curves = None
+    try:
+        curves = write_curves(records, curves_path(run_dir))
+    except Exception as exc:  # a plot must never turn a finished run into a failure
+        out.write(f"islab-train: could not draw {CURVES_FILE}: {exc}\n")
+    summary = read_summary(run_dir)
+    if summary is None and records:  # a user's script: the summary comes from its TensorBoard events
+        last = records[-1]
+        rows = [("iterations", str(last.get("iteration"))), ("mean return", format_return(last.get("mean_return"))),
+                ("wall time", format_duration(last.get("time_s"))), ("run dir", run_dir)]  # fmt: skip
+        if curves is not None:
+            rows.append(("curves", str(curves)))
+        render_summary(rows, out, tty=tty)
+        return
+    if summary is None:
+        out.write(f"islab-train: finished; no {SUMMARY_FILE} in {run_dir}\n")
+        return
+    rows = summary_rows(summary, run_dir, resume)
+    if curves is not None:
+        rows.insert(-1 if resume else len(rows), ("curves", str(curves)))
+    render_summary(rows, out, tty=tty)
+    if resume:
+        out.write(f"To resume this run:\n  {resume}\n")
+        out.flush()

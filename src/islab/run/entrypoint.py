@@ -1,0 +1,64 @@
+"""The launcher's side of a user entry point (``--script``, ``--module``, ``--command``, presets).
+
+Our worker writes its own rank log and ``progress.jsonl``; a script of the user's does neither. So
+for an entry-point plan the supervisor
+
+* copies every rank's output lines into ``logs/rank_<R>.log`` (:class:`RankLogWriter`, the lines
+  attributed by torchrun's ``[default<local_rank>]:`` prefix, or by the skrl-JAX rank that printed
+  them), keeping rank 0's last line for the display;
+* reads progress from the script's TensorBoard event files (:func:`events_reader`, see
+  :mod:`islab.run.tensorboard_progress`) under ``ISLAB_RUN_DIR`` or where a preset's script writes
+  them; until events appear (rl_games and skrl flush every 120 s) the display shows the elapsed
+  time and rank 0's last log line.
+
+Torch-free, like the rest of the launcher.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import IO
+
+from islab.run.console import route_line
+from islab.run.tensorboard_progress import TensorBoardProgress
+from islab.rundir import logs_dir, rank_log
+
+
+class RankLogWriter:
+    """``on_line`` hook of the poll loop: append each rank's lines to its log file.
+
+    ``first_rank`` is the global rank of this node's local rank 0 when the lines come from one
+    torchrun (prefixed by local rank); None when each child is one rank (skrl-JAX)."""
+
+    def __init__(self, run_dir: str, first_rank: int | None) -> None:
+        self.run_dir = run_dir
+        self.first_rank = first_rank
+        self.rank0_last: str | None = None  # rank 0's last non-empty line, for the display
+        self._files: dict[int, IO[str]] = {}
+        self._lock = threading.Lock()
+        logs_dir(run_dir).mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, child_rank: int | None, line: str) -> None:
+        rank, text = (child_rank, line) if self.first_rank is None else route_line(line, self.first_rank)
+        if rank is None:
+            return  # the launcher's own lines (torchrun's banner, its failure summary)
+        with self._lock:
+            handle = self._files.get(rank)
+            if handle is None:
+                handle = self._files[rank] = open(rank_log(self.run_dir, rank), "a", encoding="utf-8")  # noqa: SIM115
+            handle.write(text if text.endswith("\n") else text + "\n")
+            handle.flush()
+            if rank == 0 and text.strip():
+                self.rank0_last = text.strip()
+
+    def close(self) -> None:
+        with self._lock:
+            for handle in self._files.values():
+                handle.close()
+            self._files.clear()
+
+
+def events_reader(root: str, library: str | None, not_before: float | None) -> TensorBoardProgress:
+    """A reader of the entry point's TensorBoard events (``library`` None: detected from the tags)."""
+    return TensorBoardProgress(Path(root), library, not_before=not_before)

@@ -1,0 +1,101 @@
+"""Naming a failure: which rank, how it ended, where its log is -- shared by both launchers.
+
+Pure functions over text and the run directory's rank logs (``<run_dir>/logs/rank_<R>.log``);
+:mod:`islab.plan.torchrun` and :mod:`islab.plan.skrl_jax` build their messages from them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import signal
+from collections.abc import Sequence
+
+from islab.run.console import route_line
+from islab.rundir import rank_log, rank_logs
+
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
+_PEER_LOST = re.compile(r"Connection closed by peer|Connection reset by peer|remote worker crashing", re.IGNORECASE)
+
+
+def lost_peer(exception: str | None) -> bool:
+    """Is this exception only a consequence of another rank's end (gloo's "Connection reset /
+    closed by peer")? Such a rank is never the root cause, whatever its timestamp says."""
+    return bool(exception and _PEER_LOST.search(exception))
+
+
+def log_tail(run_dir: str, rank: int, lines: int = 15) -> list[str]:
+    """The last lines of ``<run_dir>/logs/rank_<rank>.log`` (empty when it does not exist)."""
+    try:
+        text = rank_log(run_dir, rank).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    return text.rstrip("\n").splitlines()[-lines:]
+
+
+def failed_ranks_from_logs(run_dir: str) -> list[int]:
+    """Ranks whose ``<run_dir>/logs/rank_<R>.log`` contains a Python traceback."""
+    ranks = []
+    for log in rank_logs(run_dir):
+        match = re.fullmatch(r"rank_(\d+)\.log", log.name)
+        if not match:
+            continue
+        with contextlib.suppress(OSError):
+            if "Traceback (most recent call last)" in log.read_text(encoding="utf-8", errors="replace"):
+                ranks.append(int(match.group(1)))
+    return sorted(ranks)
+
+
+def last_exception_line(lines: Sequence[str]) -> str | None:
+    """The last line of the last Python traceback in ``lines`` (``RuntimeError: boom``), or None.
+
+    That is the first line after ``Traceback (most recent call last):`` that is not indented
+    (frames and source lines are); ``[default<L>]:`` prefixes from ``torchrun --tee`` and the
+    ``[rank<R>]:`` prefixes torch puts on a failed collective's traceback are removed."""
+    text = [_RANK_PREFIX.sub("", route_line(line, 0)[1].rstrip("\n"), count=1) for line in lines]
+    starts = [index for index, line in enumerate(text) if line.startswith("Traceback (most recent call last)")]
+    if not starts:
+        return None
+    for line in text[starts[-1] + 1 :]:
+        if line.strip() and not line[0].isspace():
+            return line.strip()
+    return None
+
+
+def describe_end(exit_code: int | None, exception: str | None) -> str:
+    """How a rank ended, for the error line: its exception, or the signal that killed it."""
+    if exception:
+        return f" with {exception}"
+    signum = None if exit_code is None else signal_of(exit_code)
+    if signum is None:
+        return ""
+    # a negative code is Popen's "killed by"; above 128 it may also be the process's own exit code
+    return (
+        f", killed by {signal_name(signum)}"
+        if exit_code < 0
+        else f" (exit code {exit_code}, signal {signal_name(signum)}?)"
+    )
+
+
+def signal_of(code: int) -> int | None:
+    """The signal that ended a process, from Popen's returncode (-N) or a shell exit status (128 + N)."""
+    if code < 0:
+        return -code
+    return code - 128 if code > 128 else None
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def rendezvous_message(address: str | None, timeout_s: float) -> str:
+    """The one-line error for nodes that did not arrive within ``timeout_s`` at ``address`` (a plan's
+    ``rendezvous_address`` and ``rendezvous_timeout_s``; plain values, so naming a failure needs no plan)."""
+    where = address or "the rendezvous address"
+    return (
+        f"error: rendezvous: node(s) did not join within {timeout_s} s at {where}; "
+        f"check that every node runs islab-train with the same spec and can reach {where} (islab-train doctor)"
+    )

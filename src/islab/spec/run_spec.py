@@ -1,0 +1,514 @@
+"""The run spec: one validated, immutable description of a training launch (the schema only).
+
+:class:`RunSpec` holds every setting of a launch and the rules between them (``jax`` only with
+skrl, a multi-node static rendezvous needs node 0's address, ...). A failed rule is a
+:class:`~islab.spec.issues.SpecError` with one-line, human messages of the form
+``error: <field>: <what is wrong>. <how to fix it>.`` -- never a pydantic dump or a traceback.
+
+This module reads no files and knows nothing of where values came from: merging the command
+line, SLURM, ``ISLAB_*`` variables, a cluster file and the defaults, and the rules that need
+the disk (the agent config's keys, the ``--resume`` path), live in :mod:`islab.resolve.resolve`.
+
+Settings that are only known on the machine that launches (a free port, the GPU count, the clock)
+are *not* filled in here: the spec keeps ``None`` for "not given", so the rules "JAX-only option on
+a torch launcher" or "multi-node without a master address" can tell an explicit value from a
+default. :mod:`islab.plan.plan` fills those in.
+
+Torch-free, like the whole launcher (``--help``, ``--dry-run`` and spec errors must be instant).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    create_model,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+
+from islab.libs.registry import LIBRARIES, ML_FRAMEWORKS, frameworks_of, launcher_of
+from islab.spec.addresses import is_valid_host, split_host_port
+from islab.spec.issues import mask_env, rule, suggest
+from islab.spec.launch_rules import JOB_VARIABLES, check_jax, check_torchrun
+from islab.spec.text import unsafe_character
+from islab.spec.worker_args import WorkerArg, choices_of, default_of, spec_options
+from islab.tasks import TASKS
+
+Lib = Literal[tuple(LIBRARIES)]  # type: ignore[valid-type]  # the library registry names them
+MLFramework = Literal[ML_FRAMEWORKS]  # type: ignore[valid-type]
+Device = Literal[choices_of("device")]  # type: ignore[valid-type]  # the worker's argument lists them
+RdzvBackend = Literal["static", "c10d"]
+Logger = Literal[choices_of("logger")]  # type: ignore[valid-type]
+
+CHOICES: dict[str, tuple[str, ...]] = {
+    "lib": tuple(LIBRARIES),
+    "ml_framework": ML_FRAMEWORKS,
+    "device": choices_of("device"),
+    "rendezvous.backend": ("static", "c10d"),
+    "logger": choices_of("logger"),
+}
+
+DEFAULT_TASK: str = default_of("task")
+# Used for a multi-node static rendezvous that names no port: every node must agree on it without
+# talking to each other first, so it cannot be probed. It is torchrun's own default.
+DEFAULT_MULTINODE_MASTER_PORT = 29500
+DEFAULT_C10D_ID = "islab"
+# How long node 0 waits for the other nodes to join before failing with a clear message. JAX's own
+# default for jax.distributed.initialize; torchrun would wait 900 s (static) / 600 s (c10d).
+DEFAULT_RDZV_TIMEOUT_S = 300
+# ``nnodes: "MIN:MAX"``: elastic membership (torchrun c10d only).
+NODE_RANGE_PATTERN = re.compile(r"(\d+):(\d+)")
+
+# Used with fullmatch: "$" alone would accept a trailing newline.
+RUN_NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
+MODULE_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+OVERRIDE_PATTERN = re.compile(r"^\+?[A-Za-z_][A-Za-z0-9_.\-]*=")  # "+key=value" adds a key on purpose
+ENV_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+# ----------------------------------------------------------------------------------------------
+# The schema
+# ----------------------------------------------------------------------------------------------
+
+
+Count = Annotated[StrictInt, Field(ge=1)]
+NonNegative = Annotated[StrictInt, Field(ge=0)]
+Port = Annotated[StrictInt, Field(ge=1, le=65535)]
+
+
+def _host_port(field_name: str, value: str | None, fix: str) -> str | None:
+    """A ``host:port`` field: valid host, port in 1-65535 (``None``: not given)."""
+    if value is not None:
+        try:
+            split_host_port(value)
+        except ValueError as reason:
+            raise rule(field_name, f"{value!r} is not host:port ({reason})", fix) from None
+    return value
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Rendezvous(_Frozen):
+    """How the ranks of all nodes find each other (torchrun); ``None`` means "not given"."""
+
+    backend: RdzvBackend = "static"
+    master_addr: StrictStr | None = None
+    master_port: Port | None = None
+    endpoint: StrictStr | None = None
+    id: StrictStr | None = None
+    # Seconds node 0 waits for every node to arrive (torchrun: rdzv_conf timeout / join_timeout;
+    # skrl-JAX: enforced by the supervisor). Applies to every launcher.
+    timeout_s: Count = DEFAULT_RDZV_TIMEOUT_S
+    # c10d with nnodes MIN:MAX: once MIN nodes are in, how long the rendezvous waits for more before
+    # training starts (torchrun's rdzv_conf last_call_timeout; None: torchrun's own 30 s).
+    last_call_s: Count | None = None
+
+    @field_validator("master_addr")
+    @classmethod
+    def _host(cls, value: str | None) -> str | None:
+        if value is not None and not is_valid_host(value):
+            raise rule(
+                "rendezvous.master_addr",
+                f"{value!r} is not a valid host name or IP address",
+                "Give node 0's address, e.g. 10.0.0.1 or node0.cluster (no spaces or shell characters)",
+            )
+        return value
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        return _host_port("rendezvous.endpoint", value, "Write it as host:port, e.g. node0.cluster:29400")
+
+    @field_validator("id")
+    @classmethod
+    def _rdzv_id(cls, value: str | None) -> str | None:
+        if value is not None and not RUN_NAME_PATTERN.fullmatch(value):
+            raise rule(
+                "rendezvous.id",
+                f"{value!r} contains characters other than letters, digits, '.', '_' and '-'",
+                "Use a plain job id such as job-42",
+            )
+        return value
+
+
+def _worker_option_field(arg: WorkerArg) -> tuple[Any, Any]:
+    """(annotation, default) of the spec field of a worker option declared only in its row."""
+    kind: Any = {int: StrictInt, float: StrictFloat, bool: StrictBool}.get(arg.kind, StrictStr)
+    if arg.choices is not None:
+        kind = Literal[arg.choices]  # type: ignore[valid-type]
+    if arg.minimum is not None:
+        kind = Annotated[kind, Field(ge=arg.minimum)]
+    return (kind | None if arg.default is None else kind), arg.default
+
+
+# The fields of the worker options whose row in islab.spec.worker_args brings its own spec field
+# (``cli``): a new option is that row, not a row plus a field here.
+_WorkerOptions = create_model(  # type: ignore[call-overload]
+    "_WorkerOptions", __base__=_Frozen, **{arg.name: _worker_option_field(arg) for arg in spec_options()}
+)
+WORKER_OPTION_FIELDS: tuple[str, ...] = tuple(arg.name for arg in spec_options())
+
+
+class RunSpec(_WorkerOptions):  # type: ignore[misc, valid-type]
+    """Everything needed to plan a launch. Immutable; built only through validation."""
+
+    # The defaults of the settings a rank is told are the worker arguments' (islab.spec.worker_args).
+    lib: Lib = default_of("lib")
+    ml_framework: MLFramework = default_of("ml_framework")
+    task: StrictStr = DEFAULT_TASK
+    # A module that registers tasks without being installed (read statically here, imported by ranks).
+    task_module: StrictStr | None = None
+    num_envs: Count = TASKS[DEFAULT_TASK].default_num_envs
+    seed: NonNegative = default_of("seed")
+    # Per run: every rank does this many updates. Ignored when ``total_env_steps`` is given (the
+    # worker derives the iterations from it); giving both is an error.
+    max_iterations: Count = default_of("max_iterations")
+    # A budget for the whole job: env steps summed over all ranks (see islab.spec.budget).
+    total_env_steps: Count | None = None
+    # The number of nodes; with ``nnodes: "MIN:MAX"`` (c10d only) this is MAX and ``min_nnodes`` is
+    # MIN. ``min_nnodes`` is not an input key: it only comes from the range, and the spec prints
+    # and serializes ``nnodes`` back as ``"MIN:MAX"``.
+    nnodes: Count = 1
+    min_nnodes: Count | None = Field(default=None, exclude=True)
+    nproc_per_node: Count = 1
+    node_rank: NonNegative | None = None
+    device: Device = default_of("device")
+    rendezvous: Rendezvous = Field(default_factory=Rendezvous)
+    max_restarts: NonNegative = 0
+    coordinator_address: StrictStr | None = None
+    env: Mapping[str, str] = Field(default_factory=dict, validate_default=True)
+    run_name: StrictStr | None = None
+    log_dir: StrictStr = "logs"
+    python: StrictStr = sys.executable
+    overrides: tuple[StrictStr, ...] = default_of("overrides")
+    # Continue a run: its directory (training goes on in it) or a checkpoint file (a new run dir).
+    resume: StrictStr | None = None
+    checkpoint_interval: NonNegative = default_of("checkpoint_interval")
+    # Seconds without a finished iteration on any rank before the job counts as hung (our worker
+    # only); None: the planner's default, scaled with the rendezvous timeout; 0: never.
+    hang_timeout_s: NonNegative | None = None
+    # Where rank 0 also logs each iteration: the libraries always write TensorBoard events; "wandb"
+    # adds one Weights & Biases run per run directory (the [wandb] extra), continued by --resume.
+    logger: Logger = default_of("logger")
+    # Bring your own: what each rank runs instead of our worker ({script|module|command: NAME}, see
+    # ENTRY_KINDS) and its arguments, passed verbatim (everything after ``--`` on the command line).
+    entrypoint: Mapping[str, str] | None = None
+    args: tuple[StrictStr, ...] = ()
+    # The Isaac Lab preset: the checkout whose scripts/reinforcement_learning/<lib>/train.py each
+    # rank runs (resolve turns it into ``entrypoint`` and ``args``).
+    isaaclab: StrictStr | None = None
+    # The mjlab preset: mjlab's own `train` console script (resolve turns it into the entry point).
+    mjlab: bool = False
+
+    # -- single fields --------------------------------------------------------------------------
+
+    @model_validator(mode="before")
+    @classmethod
+    def _node_range(cls, data: Any) -> Any:
+        """``nnodes: "MIN:MAX"`` -> ``nnodes = MAX``, ``min_nnodes = MIN`` (``"N:N"`` is just N)."""
+        if not isinstance(data, Mapping):
+            return data
+        if "min_nnodes" in data:
+            raise rule(
+                "min_nnodes",
+                "is not a key of the spec",
+                'Write an elastic node count as nnodes: "MIN:MAX" (quoted in YAML), or --nnodes MIN:MAX',
+            )
+        value = data.get("nnodes")
+        if not isinstance(value, str):
+            return data
+        low_high = parse_node_range(value)
+        if low_high is None:
+            raise rule(
+                "nnodes",
+                f"{value!r} is neither a whole number nor MIN:MAX",
+                "Give the number of nodes, e.g. 2, or MIN:MAX such as 1:2 for elastic membership (c10d)",
+            )
+        low, high = low_high
+        if low < 1 or high < 1:
+            raise rule("nnodes", f"{value!r}: MIN and MAX must both be at least 1", "Use e.g. 1:2")
+        if low > high:
+            raise rule("nnodes", f"{value!r}: MIN is larger than MAX", f"Write it as {high}:{low}")
+        return {**data, "nnodes": high, "min_nnodes": low if low < high else None}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _budget_or_iterations(cls, data: Any) -> Any:
+        """``total_env_steps`` decides the iterations, so an explicit ``max_iterations`` (a key that
+        is present at all: defaults are not) contradicts it."""
+        if isinstance(data, Mapping) and data.get("total_env_steps") is not None and "max_iterations" in data:
+            raise rule(
+                "total_env_steps",
+                "is a sample budget for the whole job and decides the number of iterations, so it cannot be "
+                "combined with max_iterations",
+                "Remove one: keep total_env_steps to train that many env steps summed over all ranks, or "
+                "max_iterations to train that many iterations on every rank",
+                given_by="max_iterations",
+            )
+        return data
+
+    @field_serializer("nnodes")
+    def _nnodes_as_given(self, value: int) -> int | str:
+        return value if self.min_nnodes is None else f"{self.min_nnodes}:{value}"
+
+    @property
+    def elastic(self) -> bool:
+        """Elastic membership: between ``min_nnodes`` and ``nnodes`` nodes may take part."""
+        return self.min_nnodes is not None
+
+    @property
+    def launcher(self) -> str | None:
+        """What starts the ranks ("torchrun" | "skrl-jax"): the library registry's one decision for
+        (lib, ml_framework), read by everything after resolution (None only for a pair validation refuses)."""
+        return launcher_of(self.lib, self.ml_framework)
+
+    @property
+    def nnodes_text(self) -> str:
+        """``nnodes`` as torchrun's ``--nnodes`` takes it: ``"2"`` or ``"1:2"``."""
+        return str(self.nnodes) if self.min_nnodes is None else f"{self.min_nnodes}:{self.nnodes}"
+
+    @field_validator("task")
+    @classmethod
+    def _known_task(cls, value: str) -> str:
+        if value not in TASKS:
+            hint = suggest(value, list(TASKS))
+            raise rule(
+                "task",
+                f"unknown task {value!r}",
+                f"{hint + ' ' if hint else ''}Known tasks: {', '.join(TASKS)}",
+            )
+        return value
+
+    @field_validator("task_module")
+    @classmethod
+    def _task_module(cls, value: str | None) -> str | None:
+        if value is not None and not MODULE_PATTERN.fullmatch(value):
+            raise rule(
+                "task_module",
+                f"{value!r} is not a module name",
+                "Give a dotted module name such as my_tasks.reach (not a file path), importable from the working "
+                "directory",
+            )
+        return value
+
+    @field_validator("run_name")
+    @classmethod
+    def _run_name(cls, value: str | None) -> str | None:
+        if value is not None and (not RUN_NAME_PATTERN.fullmatch(value) or value in {".", ".."}):
+            raise rule(
+                "run_name",
+                f"{value!r} may only contain letters, digits, '.', '_' and '-'",
+                "Pick a name like baseline_2gpu (it becomes part of a directory name)",
+            )
+        return value
+
+    @field_validator("log_dir", "python", "resume", "isaaclab")
+    @classmethod
+    def _printable_path(cls, value: str | None, info: Any) -> str | None:
+        if value is None and info.field_name in ("resume", "isaaclab"):
+            return value
+        if not value or unsafe_character(value):
+            raise rule(
+                info.field_name,
+                f"{value!r} is empty or contains a line break or control character",
+                "Give a plain path",
+            )
+        return value
+
+    @field_validator("coordinator_address")
+    @classmethod
+    def _coordinator(cls, value: str | None) -> str | None:
+        return _host_port("coordinator_address", value, "Write node 0's address as host:port, e.g. 10.0.0.1:5000")
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_values_as_text(cls, value: Any) -> Any:
+        # YAML turns `NCCL_P2P_DISABLE: 1` into an int; environment values are text anyway.
+        # Booleans are refused: YAML's yes/no/on/off would silently become "True"/"False".
+        if not isinstance(value, Mapping):
+            return value
+        converted: dict[Any, Any] = {}
+        for name, item in value.items():
+            if isinstance(item, bool) or not isinstance(item, str | int | float):
+                raise rule(
+                    f"env.{name}",
+                    f"expected a text value, got {item!r} ({type(item).__name__})",
+                    'Quote it, e.g. NCCL_DEBUG: "INFO" or FLAG: "1"',
+                )
+            if unsafe_character(str(item)):
+                raise rule(
+                    f"env.{name}",
+                    f"{str(item)!r} contains {unsafe_character(str(item))}, a line break or control character",
+                    "Give a one-line value without escape codes",
+                )
+            converted[name] = str(item)
+        return converted
+
+    @field_validator("env", mode="after")
+    @classmethod
+    def _env_names(cls, value: Mapping[str, str]) -> Mapping[str, str]:
+        for name in value:
+            if not ENV_NAME_PATTERN.fullmatch(name):
+                raise rule(
+                    f"env.{name}",
+                    "is not a valid environment variable name",
+                    "Use letters, digits and '_' only, not starting with a digit",
+                )
+            if name in JOB_VARIABLES:  # the launchers set these per rank: a user value would be overwritten
+                raise rule(
+                    f"env.{name}",
+                    "is set per rank by the launcher and cannot be overridden",
+                    "Remove it from env",
+                )
+        return MappingProxyType(dict(value))
+
+    @field_validator("overrides", mode="after")
+    @classmethod
+    def _overrides(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for item in value:
+            if unsafe_character(item):
+                raise rule(
+                    "overrides",
+                    f"{item!r} contains {unsafe_character(item)}, a line break or control character",
+                    "Write each override as one line, dotted.key=value",
+                )
+            if not OVERRIDE_PATTERN.match(item):
+                raise rule(
+                    "overrides",
+                    f"{item!r} is not key=value",
+                    "Write agent-config overrides as dotted.key=value, e.g. algorithm.learning_rate=0.0003",
+                )
+        return value
+
+    @field_validator("entrypoint")
+    @classmethod
+    def _entrypoint(cls, value: Mapping[str, str] | None) -> Mapping[str, str] | None:
+        if value is None:
+            return value
+        kinds = list(value)
+        if len(kinds) != 1 or kinds[0] not in ENTRY_KINDS:
+            raise rule(
+                "entrypoint",
+                f"needs exactly one of {', '.join(ENTRY_KINDS)}, got {', '.join(map(str, kinds)) or 'nothing'}",
+                "Write e.g. entrypoint: {script: train.py} (or --script PATH / --module NAME / --command NAME)",
+            )
+        name = value[kinds[0]]
+        if not isinstance(name, str) or not name.strip() or unsafe_character(name):
+            raise rule(f"entrypoint.{kinds[0]}", f"{name!r} is empty or not one line of text", "Give a path or name")
+        return {kinds[0]: name}
+
+    @field_validator("args")
+    @classmethod
+    def _args(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if any("\0" in arg for arg in value):
+            raise rule("args", "an argument contains a NUL character", "Remove it")
+        return value
+
+    @field_serializer("entrypoint")
+    def _entry_as_dict(self, value: Mapping[str, str] | None) -> dict[str, str] | None:
+        return dict(value) if value is not None else None
+
+    @field_serializer("env")
+    def _env_as_dict(self, value: Mapping[str, str]) -> dict[str, str]:
+        return dict(value)
+
+    # -- rules across fields ----------------------------------------------------------------------
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> RunSpec:
+        rdzv = self.rendezvous
+        if self.node_rank is not None and self.node_rank >= self.nnodes:
+            raise rule(
+                "node_rank",
+                f"{self.node_rank} is outside [0, {self.nnodes}) for nnodes={self.nnodes}",
+                f"Pass --node-rank between 0 and {self.nnodes - 1} on each node",
+            )
+        launcher = self.launcher  # None: the library lacks that framework
+        if self.elastic and (launcher != "torchrun" or rdzv.backend != "c10d"):
+            fixed = "the static rendezvous" if launcher == "torchrun" else "skrl's JAX launcher"
+            raise rule(
+                "nnodes",
+                f"{self.nnodes_text} (elastic membership) needs torchrun's c10d rendezvous, but "
+                f"{fixed} needs a fixed number of nodes",
+                f"Give a fixed count such as --nnodes {self.nnodes}"
+                + (", or add --rdzv-backend c10d --rdzv-endpoint host:port" if launcher == "torchrun" else ""),
+            )
+        if launcher is None:
+            having = [lib for lib in LIBRARIES if self.ml_framework in frameworks_of(lib)]
+            raise rule(
+                "ml_framework",
+                f"{self.ml_framework} only works with {', '.join(having)}, not {self.lib}",
+                f"Use --lib {having[0]} --ml-framework {self.ml_framework}, or --ml-framework torch",
+            )
+        if launcher == "skrl-jax" and self.entrypoint is not None and "script" not in self.entrypoint:
+            raise rule(
+                "entrypoint",
+                "skrl's JAX launcher runs a script file (python -m skrl.utils.distributed.jax ... PATH ARGS)",
+                "Use --script PATH with --lib skrl --ml-framework jax",
+            )
+        if launcher == "skrl-jax":
+            check_jax(self)
+        else:
+            if self.coordinator_address is not None:
+                raise rule(
+                    "coordinator_address",
+                    f"only applies to skrl with JAX, not {self.lib} with {self.ml_framework}",
+                    "For torchrun use --master-addr/--master-port (static) or --rdzv-endpoint (c10d)",
+                )
+            check_torchrun(self)
+        return self
+
+    def to_plain(self) -> dict[str, Any]:
+        """A plain dict (YAML/JSON-ready) of the spec with secret-looking env values masked."""
+        data = self.model_dump()
+        if self.total_env_steps is not None:
+            data["max_iterations"] = None  # the worker derives the iterations from the budget
+        data["env"] = mask_env(self.env)
+        data["overrides"] = list(self.overrides)
+        data["args"] = list(self.args)
+        return data
+
+
+def parse_node_range(text: str) -> tuple[int, int] | None:
+    """``"1:2"`` -> (1, 2); ``"2"`` -> (2, 2); anything else -> None."""
+    text = text.strip()
+    if text.isdigit():
+        return int(text), int(text)
+    match = NODE_RANGE_PATTERN.fullmatch(text)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+# Input keys of the spec (``min_nnodes`` is derived from ``nnodes: "MIN:MAX"``, never given).
+# The kinds of entry point a rank can run instead of our worker (``python PATH``, ``python -m NAME``,
+# an executable: torchrun's ``--no-python``), and the spec fields only our worker understands.
+ENTRY_KINDS: tuple[str, ...] = ("script", "module", "command")
+WORKER_ONLY_FIELDS: tuple[str, ...] = (
+    "task", "task_module", "num_envs", "max_iterations", "total_env_steps", "overrides", "resume",
+    "checkpoint_interval", "hang_timeout_s", "logger", *WORKER_OPTION_FIELDS,
+)  # fmt: skip
+
+# The hand-written fields in their order, then the worker options' (their base class puts them first).
+INPUT_FIELDS: tuple[str, ...] = (
+    *(name for name in RunSpec.model_fields if name not in ("min_nnodes", *WORKER_OPTION_FIELDS)),
+    *WORKER_OPTION_FIELDS,
+)
+
+FIELDS: tuple[str, ...] = (
+    *(name for name in INPUT_FIELDS if name != "rendezvous"),
+    *(f"rendezvous.{name}" for name in Rendezvous.model_fields),
+)
