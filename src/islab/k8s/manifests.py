@@ -3,8 +3,8 @@
 =============  ==============================  ====================================================
 format         object(s)                       needs installed
 =============  ==============================  ====================================================
-``trainjob``   TrainJob trainer.kubeflow.org/  Kubeflow Trainer v2 (and the ``torch-distributed``
-               v1alpha1                        ClusterTrainingRuntime it ships, or ``--runtime``)
+``trainjob``   TrainJob trainer.kubeflow.org/  Kubeflow Trainer v2.3+ (``runtimePatches`` with the
+               v1alpha1                        grace period) and its ``torch-distributed`` runtime
 ``pytorchjob`` PyTorchJob kubeflow.org/v1      Kubeflow training-operator v1
 ``jobset``     JobSet jobset.x-k8s.io/v1alpha2 JobSet
 ``job``        Service v1 (headless) +         nothing: Kubernetes itself (Indexed Jobs, 1.24+)
