@@ -199,6 +199,8 @@ def test_help_is_grouped_with_examples(islab):
         (["--gpus", "2", "--device", "cpu"], ["--gpus", "not both"]),
         (["--gpus", "2", "--nproc", "2"], ["--gpus", "Give only one"]),
         (["novalue"], ["is not key=value"]),
+        (["doctr"], ["command 'doctr'", "did you mean 'doctor'?"]),  # a typo of a subcommand, not an override
+        (["plya", "logs/x"], ["did you mean 'play'?"]),
         (["--json"], ["--json", "--dry-run"]),
         (["--cluster", "/does/not/exist.yaml"], ["does not exist"]),
         (["--nmu-envs", "3"], ["--num-envs"]),
@@ -207,6 +209,20 @@ def test_help_is_grouped_with_examples(islab):
 def test_usage_errors(islab, args, fragments):
     err = assert_usage_error(islab(*args, "--dry-run") if "--json" not in args else islab(*args), *fragments)
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["play", "export"])
+def test_play_and_export_without_a_run_directory_say_it_is_missing(islab, command):
+    err = assert_usage_error(islab(command), "RUN_DIR: the run directory is missing", f"islab-train {command} logs/")
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_help_lists_every_subcommand(islab):
+    from islab.cli.app import SUBCOMMANDS
+
+    _, out, _ = islab("--help")
+    listed = " ".join(out.split()).split("Commands: ", 1)[1].split("(each has")[0]
+    assert listed.replace("islab-train", "").replace("|", " ").split() == list(SUBCOMMANDS)
 
 
 def test_bad_cluster_files(islab, tmp_path):

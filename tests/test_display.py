@@ -50,8 +50,12 @@ def test_plain_line_and_eta():
     line = display.plain_line(record(5))
     assert line == ("islab-train: iteration 5/20 (25%) | 30.0k env steps/s | mean return 50.00 | "
                     "elapsed 2s | ETA 8s")  # fmt: skip
-    assert display.eta_s(record(5)) == pytest.approx(7.5)
+    assert display.eta_s(record(5)) == pytest.approx(15 * 16384 / 30005)  # 15 iterations at the latest pace
     assert display.eta_s({"iteration": 0, "max_iterations": 5, "time_s": 0}) is None
+    assert display.eta_s({"iteration": 2, "max_iterations": 4, "time_s": 3.0}) == pytest.approx(3.0)  # no rate
+    # a first iteration that took 100 s of warm-up, then 1 s each: the ETA is the pace now, not the average
+    warmed_up = {"iteration": 2, "max_iterations": 10, "env_steps": 2000, "steps_per_s": 1000.0, "time_s": 101.0}
+    assert display.eta_s(warmed_up) == pytest.approx(8.0)
     assert "mean return -" in display.plain_line(record(1, mean_return=None))
     assert display.format_duration(3725) == "1h02m05s"
     assert display.format_rate(2_500_000) == "2.50M"
@@ -263,3 +267,13 @@ def test_rank_info_records_and_colour_codes_stay_off_plain_consoles(tmp_path):
     view = RunView(str(tmp_path), sink, live=False, interval_s=3600)
     view.emit("[rank 0] " + info, sink)  # what --all-ranks shows
     assert sink.getvalue() == "[rank 0] [skrl:INFO] Seeding: 42\n"
+
+
+def test_a_script_without_readable_progress_finishes_as_a_success(tmp_path):
+    """No summary.json and no TensorBoard scalars (a user's script): the end says it finished and
+    where its run directory is, in words that do not read like a failure."""
+    out = io.StringIO()
+    display.finish(str(tmp_path), out, tty=False, resume=None, records=[])
+    text = out.getvalue()
+    assert "finished (every rank exited 0)" in text and str(tmp_path) in text
+    assert "no summary.json" not in text and "error" not in text.lower()

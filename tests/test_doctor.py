@@ -79,6 +79,31 @@ def test_jax_backend_must_be_gpu_for_a_cuda_skrl_jax_run():
     assert doctor.check_jax_backend(spec(device="cuda"), runtime()).status == "skip"  # no JAX in rsl_rl
 
 
+def test_the_table_prints_fix_text_as_written_not_as_rich_markup():
+    """Rich read `[cuda12]` in the JAX fix as a style tag and printed `pip install "jax"`."""
+    from rich.console import Console
+
+    from islab.libs.registry import JAX_CUDA_INSTALL
+
+    checks = [doctor.check_jax_backend(spec(lib="skrl", ml_framework="jax", device="cuda"), runtime(jax_backend="cpu"))]
+    facts = SimpleNamespace(spec=spec(lib="skrl", ml_framework="jax", device="cuda"), node_rank=0)
+    console = Console(record=True, width=400)
+    doctor_report.render_table(checks, facts, console)
+    assert JAX_CUDA_INSTALL in console.export_text()
+
+
+def test_the_jax_cuda_pin_is_the_jax_version_ci_tests():
+    from pathlib import Path
+
+    from islab.libs.registry import JAX_CUDA_INSTALL, JAX_TESTED_VERSION
+
+    repo = Path(__file__).resolve().parent.parent
+    assert f"jax=={JAX_TESTED_VERSION}\n" in (repo / ".ci" / "constraints.txt").read_text()
+    pinned = f'pip install "jax[cuda12]=={JAX_TESTED_VERSION}"'
+    assert pinned == JAX_CUDA_INSTALL
+    assert pinned in (repo / "README.md").read_text()
+
+
 def test_backend_nccl_for_gpus_gloo_for_cpu():
     assert doctor.check_backend(spec(device="cuda"), runtime()).detail == "NCCL 2.21.5"
     cpu_build = doctor.check_backend(spec(device="cuda"), runtime(nccl=None, torch_cuda=None))

@@ -8,8 +8,8 @@ import re
 import pytest
 import typer
 
-from islab.cli.app import app
-from islab.cli.commands import SUBCOMMANDS, commands
+from islab.cli.app import SUBCOMMANDS, app
+from islab.cli.commands import commands
 
 
 def _words(text: str) -> str:

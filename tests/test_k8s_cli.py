@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from islab.k8s.allocation import allocation_from_environ, in_kubernetes_pod, wait_for_dns
+from islab.k8s.allocation import allocation_from_environ, in_kubernetes_pod
+from islab.k8s.dns import wait_for_dns
 from islab.spec.issues import SpecError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -181,8 +182,8 @@ def test_dry_run_inside_a_pod_shows_the_allocation(islab, monkeypatch):
     monkeypatch.setenv("ISLAB_NNODES", "5")  # ISLAB_* is below the allocation
     code, out, err = islab("--device", "cpu", "--dry-run")
     assert code == 0, err
-    assert re.search(r"nnodes += 2 +\(source: slurm, PET_NNODES\)", out), out
-    assert re.search(r"node_rank += 1 +\(source: slurm, PET_NODE_RANK\)", out), out
+    assert re.search(r"nnodes += 2 +\(source: k8s, PET_NNODES\)", out), out
+    assert re.search(r"node_rank += 1 +\(source: k8s, PET_NODE_RANK\)", out), out
     assert "--master_addr tj-node-0-0.tj --master_port 29500" in out
     assert "/k8s-tj" in out  # the run directory every restart of the job finds again
     code, out, _ = islab("--device", "cpu", "--node-rank", "0", "--dry-run")  # the command line still wins
@@ -190,11 +191,6 @@ def test_dry_run_inside_a_pod_shows_the_allocation(islab, monkeypatch):
     monkeypatch.delenv("ISLAB_NNODES")
     code, out, _ = islab("--device", "cpu", "--no-k8s", "--dry-run")
     assert code == 0 and "/k8s-tj" not in out and re.search(r"nnodes += 1 +\(source: default", out), out
-
-
-def test_k8s_and_slurm_together_are_refused(islab):
-    code, out, err = islab("--k8s", "--slurm", "--dry-run")
-    assert code == 2 and out == "" and err.startswith("error: --k8s")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -151,4 +151,4 @@ def test_pods_train_and_a_restarted_pod_resumes(tmp_path, capsys, nodes, fmt):
     assert len(set(digests.values())) == 1, digests
     launch = yaml.safe_load((run_dir / "launch.yaml").read_text())
     assert SECRETS["WANDB_API_KEY"] not in (run_dir / "launch.yaml").read_text()
-    assert launch["sources"]["nnodes"] == "slurm"  # the scheduler-allocation layer, here Kubernetes'
+    assert launch["sources"]["nnodes"] == "k8s"  # the Kubernetes allocation supplied the node layout

@@ -377,3 +377,31 @@ def test_jax_policy_noise_stream_continues_across_a_resume(trained_jax, tmp_path
     fresh.load_extra_rng_state(saved)
     assert fresh.agent.policy._g_i == adapter.agent.policy._g_i
     assert np.array_equal(np.asarray(fresh.agent.policy._g_key), np.asarray(adapter.agent.policy._g_key))
+
+
+def test_skrl_logs_plain_text_into_a_pipe_and_no_false_gpu_warning_for_a_cpu_env() -> None:
+    """skrl colours its lines with ANSI codes even into pipes and rank logs, and warns that 'Isaac Lab
+    runs on GPU, but there is no GPU backend for JAX' for every CPU run: plain text, no false alarm."""
+    import io
+    import logging
+
+    import skrl  # noqa: F401 -- makes skrl's logger and its colouring handler
+
+    from islab.libs._skrl_common import quiet_skrl_logging
+
+    logger = logging.getLogger("skrl")
+    stream = io.StringIO()
+    coloured = logging.StreamHandler(stream)
+    coloured.setFormatter(logger.handlers[0].formatter)  # skrl's own formatter, as a rank's stderr has it
+    logger.addHandler(coloured)
+    filters = list(logger.filters)
+    try:
+        quiet_skrl_logging("cpu")
+        logger.warning("Isaac Lab runs on GPU, but there is no GPU backend for JAX. JAX operations will run on CPU.")
+        logger.warning("a real warning")
+    finally:
+        logger.removeHandler(coloured)
+        logger.filters[:] = filters
+    text = stream.getvalue()
+    assert "[skrl:WARNING] a real warning" in text
+    assert "\x1b[" not in text and "no GPU backend" not in text

@@ -104,6 +104,30 @@ def test_export_gives_the_librarys_own_actions(trained_run: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("trained_run", ["rsl_rl"], indirect=True)
+def test_export_without_the_onnx_extra_writes_torchscript(trained_run: Path) -> None:
+    """TorchScript needs only torch: without onnx/onnxruntime export writes policy.pt, says how to
+    get ONNX too, and removes an older policy.onnx that would no longer match."""
+    exported = trained_run / rundir.EXPORT_DIR
+    exported.mkdir(exist_ok=True)
+    (exported / "policy.onnx").write_text("an older export")
+    hide_onnx = "import sys; sys.modules['onnx'] = sys.modules['onnxruntime'] = None; "
+    done = subprocess.run(
+        [sys.executable, "-c", hide_onnx + "from islab.policy.export import main; sys.exit(main(sys.argv[1:]))",
+         str(trained_run)],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "policy.onnx not written: onnx, onnxruntime not installed" in done.stdout
+    assert "islab-train[onnx]" in done.stdout
+    description = json.loads((exported / "policy.json").read_text())
+    assert list(description["files"]) == ["policy.pt"]
+    assert list(description["checked"]["max_abs_difference"]) == ["torchscript"]
+    assert not (exported / "policy.onnx").exists()
+    assert torch.jit.load(str(exported / "policy.pt"))(torch.zeros(3, 4)).shape == (3, 1)
+
+
+@pytest.mark.slow
 def test_play_is_the_deterministic_policy_and_writes_eval_json(trained_run: Path) -> None:
     done = islab_train("play", str(trained_run), "--episodes", "6", "--num-envs", "3", "--json")
     assert done.returncode == 0, done.stderr[-3000:]

@@ -21,8 +21,8 @@ from typing import Any
 import typer
 
 from islab.cli import app as app_module
-from islab.cli.app import PROG, app, source_of
-from islab.cli.commands import SUBCOMMANDS, commands
+from islab.cli.app import PROG, SUBCOMMANDS, app, source_of
+from islab.cli.commands import commands
 from islab.cli.options import BY_NAME, OPTIONS
 from islab.spec.issues import Issue, suggest
 from islab.spec.text import escape
@@ -66,7 +66,16 @@ def lookalike_dash_issue(args: list[str]) -> Issue | None:
 
 def _bad_parameter_issue(exc: Any) -> Issue:
     """click/typer's "Invalid value for ..." -> our one-line error with the field and a fix."""
+    from typer._click import exceptions as click_exceptions  # typer vendors click
+
     param = exc.param
+    if isinstance(exc, click_exceptions.MissingParameter) and getattr(param, "name", None) == "run_dir":
+        command = exc.ctx.info_name if exc.ctx is not None else "play"
+        return Issue(
+            "RUN_DIR", "the run directory is missing",
+            f"Name the run to use, e.g. '{PROG} {command} logs/rsl_rl/Islab-Cartpole-v0/<run>' "
+            "(a training run prints its run directory at the end)",
+        )  # fmt: skip
     name = getattr(param, "name", None) or "value"
     option = max(getattr(param, "opts", None) or [name], key=len)
     label = option
@@ -98,12 +107,25 @@ def _wants_subcommand(args: list[str], subcommands: tuple[str, ...]) -> bool:
     return len(words) > 1 and words[1] in subcommands
 
 
+def mistyped_subcommand_issue(args: list[str]) -> Issue | None:
+    """`islab-train doctr`: a bare first word close to a subcommand's name (the training command
+    would read it as a KEY=VALUE override and say that instead)."""
+    if not args or args[0].startswith("-") or "=" in args[0] or args[0] in SUBCOMMANDS:
+        return None
+    hint = suggest(args[0], SUBCOMMANDS)
+    if not hint:
+        return None
+    return Issue(f"command {args[0]!r}", f"{PROG} has no such command", f"{hint} (commands: {' | '.join(SUBCOMMANDS)})")
+
+
 def run(argv: list[str] | None = None) -> int:
     """Parse and execute; return the exit status (tests call this in-process)."""
     from typer._click import exceptions as click_exceptions  # typer vendors click
 
     args = list(sys.argv[1:] if argv is None else argv)
     dash = lookalike_dash_issue(args[: args.index("--")] if "--" in args else args)
+    if dash is None:
+        dash = mistyped_subcommand_issue(args)
     if dash is not None:
         print(dash.message(), file=sys.stderr)
         return 2

@@ -30,12 +30,13 @@ from islab.doctor import facts as doctor_facts
 from islab.doctor import report as doctor_report
 from islab.doctor.probes import find_free_port, local_address_towards, visible_gpu_count
 from islab.k8s import allocation as k8s_allocation
+from islab.k8s import dns as k8s_dns
 from islab.plan import plan as planner
 from islab.plan.dry_run import format_json, format_text
 from islab.plan.launch_issues import launch_issues
 from islab.plan.launch_plan import LaunchPlan
 from islab.plan.torchrun import with_c10d_node_facts
-from islab.resolve import slurm
+from islab.resolve.allocations import active_allocations
 from islab.resolve.resolve import Provided, ResolvedSpec, Source, resolve_spec
 from islab.run.supervise import ConsoleOptions, run_plan
 from islab.rundir import rank_log, write_launch_record
@@ -54,7 +55,10 @@ def entry_args() -> list[str] | None:
 
 PROG = "islab-train"
 
-EPILOG = """\
+# The subcommands beside the training command (islab.cli.commands registers each; --help lists them).
+SUBCOMMANDS = ("doctor", "sbatch", "k8s", "tasks", "play", "export")
+
+EPILOG = f"""\
 [bold]Examples[/bold]
 
   [dim]# one workstation, 2 GPUs[/dim]
@@ -70,7 +74,7 @@ EPILOG = """\
   islab-train --lib rl_games --device cpu --nproc 2 --num-envs 256 params.config.minibatch_size=512
 
   [dim]# Isaac Sim's interpreter runs the launcher and the ranks[/dim]
-  islab-train --python ${ISAACSIM_PYTHON_EXE} --gpus all
+  islab-train --python ${{ISAACSIM_PYTHON_EXE}} --gpus all
 
   [dim]# check this node first (GPUs, NCCL, address/port, interfaces, versions, driver, disk)[/dim]
   islab-train doctor --cluster configs/cluster/two-node-static.yaml --node-rank 1
@@ -84,7 +88,7 @@ EPILOG = """\
   [dim]# which tasks exist, and for which libraries[/dim]
   islab-train tasks
 
-Commands: islab-train doctor | sbatch | k8s | tasks (each has --help).
+Commands: islab-train {" | ".join(SUBCOMMANDS)} (each has --help).
 Precedence: command line > SLURM / Kubernetes allocation (--slurm, --k8s) > ISLAB_* environment
 > --cluster YAML > defaults.
 Exit codes: 0 ok / dry run, 2 bad spec (nothing started), else the training's status
@@ -130,8 +134,11 @@ def resolve(ctx: typer.Context, options: dict[str, Any], *, slurm_layer: Any = N
     try:
         cli_layer, env_layer = _layers(ctx, options)
         _apply_gpus(ctx, options.get("gpus"), cli_layer, env_layer)
-        slurm_layer = slurm_layer or _slurm_layer(options.get("slurm"), options.get("k8s"))
-        return resolve_spec(cli_layer, env_layer, options.get("cluster"), slurm=slurm_layer)
+        # The scheduler allocations this process runs in (SLURM under srun or with --slurm; Kubernetes in
+        # the pods of a training job or with --k8s: islab.resolve.allocations), unless
+        # the caller plans one itself (sbatch plans the job's allocation before it exists).
+        allocations = active_allocations(options, os.environ) if slurm_layer is None else ()
+        return resolve_spec(cli_layer, env_layer, options.get("cluster"), slurm=slurm_layer, allocations=allocations)
     except SpecError as exc:
         fail(exc)
 
@@ -171,27 +178,16 @@ def _layers(ctx: typer.Context, values: dict[str, Any]) -> tuple[dict[str, Provi
     return cli_layer, env_layer
 
 
-def _slurm_layer(flag: bool | None, k8s_flag: bool | None = None) -> Any:
-    """The scheduler allocation's layer builder: Kubernetes' when its mode is on (--k8s, or in a pod
-    of a training job: islab.k8s.allocation), else SLURM's when SLURM mode is on (--slurm, or under srun)."""
-    if k8s_flag and flag:
-        raise SpecError(Issue("--k8s", "and --slurm both ask for the node layout", "Give only one of them"))
-    if k8s_flag or (k8s_flag is None and not flag and k8s_allocation.in_kubernetes_pod(os.environ)):
-        return k8s_allocation.allocation_from_environ(os.environ).layer
-    if flag is False or (flag is None and not slurm.in_srun_step(os.environ)):
-        return None
-    return slurm.allocation_from_environ(os.environ).layer
-
-
 def run_leaf_of(resolved: ResolvedSpec) -> str | None:
     """The run directory's leaf when a scheduler allocation supplied part of the spec -- the SLURM
     job (slurm-<id>) or the Kubernetes job (k8s-<name>) -- so that a requeued job or a pod started
     again finds its checkpoint."""
-    if not any(source is Source.SLURM for source in resolved.sources.values()):
-        return None
-    if any(origin.startswith("SLURM_") for origin in resolved.origins.values()):
+    used = set(resolved.sources.values())
+    if Source.K8S in used:
+        return k8s_allocation.allocation_from_environ(os.environ).run_leaf
+    if Source.SLURM in used:
         return f"slurm-{int(os.environ['SLURM_JOB_ID'])}"
-    return k8s_allocation.allocation_from_environ(os.environ).run_leaf
+    return None
 
 
 def _apply_gpus(
@@ -267,7 +263,7 @@ def _plan_and_go(resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, al
         fail(SpecError(issues))
     node_rank = spec.node_rank if spec.node_rank is not None else 0
     if plan.rendezvous_address and str(run_leaf_of(resolved)).startswith("k8s-"):
-        k8s_allocation.wait_for_dns(split_host_port(plan.rendezvous_address)[0], spec.rendezvous.timeout_s)
+        k8s_dns.wait_for_dns(split_host_port(plan.rendezvous_address)[0], spec.rendezvous.timeout_s)
     hosts_store = _preflight(spec, plan, visible_gpus)
     if spec.rendezvous.backend == "c10d" and spec.nnodes > 1 and plan.rendezvous_address:
         local_addr = local_address_towards(*split_host_port(plan.rendezvous_address))

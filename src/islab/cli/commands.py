@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
+from islab import rundir
 from islab.cli.app import entry_args, fail, resolve, source_of, typer_app
 from islab.cli.k8s_command import K8S_EPILOG, K8S_HELP, k8s_command
 from islab.cli.options import OPTIONS, keyword, signature
@@ -30,7 +31,6 @@ from islab.policy import cli_commands as policy_commands
 from islab.resolve import slurm
 from islab.spec.issues import SpecError
 
-SUBCOMMANDS = ("doctor", "sbatch", "k8s", "tasks", "play", "export")
 PANEL_DOCTOR = "Doctor"
 PANEL_SBATCH = "Batch script"
 
@@ -122,7 +122,7 @@ SBATCH_OPTIONS = (
                 "--requeue",
                 help="#SBATCH --requeue and --signal=B:USR1@<--signal-before>: on SIGUSR1 (time limit near) "
                 "or SIGTERM (preemption, scontrol requeue) the ranks checkpoint and stop (exit 75); "
-                "the requeued job resumes from its run directory's checkpoints/latest.pt by itself.",
+                f"the requeued job resumes from its run directory's {rundir.latest_checkpoint('')} by itself.",
                 rich_help_panel=PANEL_SBATCH,
             ),
         ],

@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape as escape_markup
 
+from islab import rundir
 from islab.libs.registry import LIBRARIES, frameworks_of
 from islab.plan.plan import (
     HANG_TIMEOUT_RDZV_FACTOR,
@@ -242,7 +243,7 @@ OPTIONS: tuple[Option, ...] = (
            train_only=True),
     Option("--all-ranks", "Show every rank's output on the console, prefixed [rank R]. By default only rank 0's "
            "warnings/errors and the progress display are shown; every rank's full output is always in "
-           "<run_dir>/logs/rank_<R>.log.", PANEL_OUTPUT, kind=bool, train_only=True),
+           f"{rundir.rank_log('<run_dir>', '<R>')}.", PANEL_OUTPUT, kind=bool, train_only=True),
 )  # fmt: skip
 BY_NAME = {option.name: option for option in OPTIONS}
 

@@ -40,9 +40,11 @@ def render_table(checks: Sequence[Check], facts: Facts, console: Any) -> None:
     table.add_column("status", no_wrap=True)
     table.add_column("details")
     table.add_column("fix")
+    from rich.markup import escape  # details and fixes are plain text: `pip install "jax[cuda12]"` is no markup
+
     for check in checks:
         label, style = STYLE[check.status]
-        table.add_row(check.name, f"[{style}]{label}[/{style}]", check.detail, check.fix)
+        table.add_row(escape(check.name), f"[{style}]{label}[/{style}]", escape(check.detail), escape(check.fix))
     console.print(table)
     failed = sum(check.status == "fail" for check in checks)
     warned = sum(check.status == "warn" for check in checks)

@@ -37,26 +37,21 @@ Precedence, as for SLURM: **command line > allocation > ISLAB_* environment > cl
 defaults**. Kubernetes mode is on with ``--k8s``, by itself in a pod our manifests wrote
 (``ISLAB_K8S_FORMAT``) or one a Kubeflow controller started (``PET_NNODES`` and the kubelet's
 ``KUBERNETES_SERVICE_HOST``), and off with ``--no-k8s``. Everything here is a pure function of
-the environment mapping passed in, except :func:`wait_for_dns`, which waits for node 0's name to
-appear in the cluster DNS before the pre-launch check looks it up.
+the environment mapping passed in (:mod:`islab.k8s.dns` waits for node 0's name, at the edge).
 """
 
 from __future__ import annotations
 
-import sys
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from islab.doctor import probes
 from islab.k8s.names import FORMAT_VARIABLE, FORMATS, JOB_VARIABLE, MASTER_VARIABLE, NNODES_VARIABLE, RENDEZVOUS_PORT
-from islab.resolve.resolve import Provided
+from islab.resolve.layers import Provided
 from islab.resolve.slurm import _launcher as launcher_chosen
 from islab.spec.addresses import join_host_port, split_host_port
 from islab.spec.issues import Issue, SpecError
 
-DNS_POLL_S = 1.0
 # Which controller's variables a format's pods carry.
 TORCH_VARIABLES = ("trainjob", "pytorchjob")
 CONTROLLERS = {
@@ -195,32 +190,4 @@ def _from_torch_variables(environ: Mapping[str, str], fmt: str) -> KubernetesAll
                                 int(nproc) if nproc.isdigit() else None)  # fmt: skip
 
 
-def wait_for_dns(
-    host: str,
-    timeout_s: float,
-    *,
-    resolve: Callable[[str], tuple[tuple[str, ...], str | None]] = probes.resolve,
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
-) -> bool:
-    """Wait until node 0's DNS name resolves, at most ``timeout_s``; whether it does.
-
-    A pod's name under a headless Service (and a PyTorchJob's per-pod Service) appears in the
-    cluster DNS a few seconds after the pod is created, so a pod that starts before pod 0 is known
-    would fail islab-train's pre-launch check (a name that does not resolve is an error: exit 2)
-    and burn one of the job's restarts. The pre-launch check still reports a name that never appears."""
-    deadline = clock() + timeout_s
-    told = False
-    while True:
-        addresses, _ = resolve(host)
-        if addresses:
-            return True
-        if clock() >= deadline:
-            return False
-        if not told:
-            print(f"islab-train: waiting for node 0's name {host} to resolve (Kubernetes DNS)", file=sys.stderr)
-            told = True
-        sleep(DNS_POLL_S)
-
-
-__all__ = ["KubernetesAllocation", "allocation_from_environ", "in_kubernetes_pod", "wait_for_dns"]
+__all__ = ["KubernetesAllocation", "allocation_from_environ", "in_kubernetes_pod"]

@@ -35,6 +35,7 @@ own checkpoint names continue where the run left off; iterations are reported as
 from __future__ import annotations
 
 import copy
+import logging
 import time
 from abc import abstractmethod
 from collections import deque
@@ -90,9 +91,33 @@ def runner_config(agent_cfg: dict[str, Any], *, base_seed: int, run_dir: Path, s
     return cfg
 
 
+FALSE_GPU_WARNING = "there is no GPU backend for JAX"
+
+
+class _DropFalseGpuWarning(logging.Filter):
+    """skrl's JAX Isaac Lab wrapper warns "Isaac Lab runs on GPU, but there is no GPU backend for
+    JAX" whenever JAX is CPU-only: for an env on the CPU nothing is wrong, and the line alarms users."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return FALSE_GPU_WARNING not in record.getMessage()
+
+
+def quiet_skrl_logging(env_device: Any, stream: Any = None) -> None:
+    """skrl's logger (made at ``import skrl``) colours every line with ANSI codes, also into a pipe or
+    a rank log: plain text unless its stream is a terminal; and no false GPU warning for a CPU env."""
+    logger = logging.getLogger("skrl")
+    for handler in logger.handlers:
+        target = stream or getattr(handler, "stream", None)
+        if isinstance(handler, logging.StreamHandler) and not (target is not None and target.isatty()):
+            handler.setFormatter(logging.Formatter("[%(name)s:%(levelname)s] %(message)s"))
+    if torch.device(env_device).type == "cpu" and not any(isinstance(f, _DropFalseGpuWarning) for f in logger.filters):
+        logger.addFilter(_DropFalseGpuWarning())
+
+
 def wrap_isaaclab_env(wrap_env: Any, env: DirectRLEnv) -> Any:
     """skrl's ``wrap_env(env, wrapper="isaaclab")`` (torch's or JAX's), its first reset made to keep
     the env's own per-rank (or restored) random stream instead of reseeding it (module docstring)."""
+    quiet_skrl_logging(env.device)
     wrapped = wrap_env(env, wrapper="isaaclab")
     if not hasattr(wrapped, "_seed"):  # skrl 2.1.1's name; fail loudly if a new skrl renamed it
         raise RuntimeError(f"{type(wrapped).__name__} has no _seed: check how this skrl seeds the env at reset")

@@ -22,8 +22,10 @@ JAX_ENV = MappingProxyType(
     {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
 )
 JAX_CPU_ENV = MappingProxyType({"JAX_PLATFORMS": "cpu"})
-# The [jax] extra installs plain jax: on Linux it has no GPU backend. GPU ranks need this instead.
-JAX_CUDA_INSTALL = 'pip install "jax[cuda12]"'
+# The [jax] extra installs plain jax: on Linux it has no GPU backend. GPU ranks need this instead,
+# pinned to the jax version CI tests skrl-JAX with (.ci/constraints.txt; a test keeps the two equal).
+JAX_TESTED_VERSION = "0.10.2"
+JAX_CUDA_INSTALL = f'pip install "jax[cuda12]=={JAX_TESTED_VERSION}"'
 
 
 @dataclass(frozen=True)

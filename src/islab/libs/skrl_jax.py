@@ -10,7 +10,7 @@ What skrl expects, and what this module does about it:
   ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` so JAX does not grab the GPU memory the env needs.
 * **GPU backend.** Plain ``jax`` (our ``[jax]`` extra) has no GPU backend on Linux and skrl only
   warns, so a cuda rank would train its learner on the CPU: a cuda rank whose
-  ``jax.default_backend()`` is not ``gpu`` fails instead (``pip install "jax[cuda12]"``).
+  ``jax.default_backend()`` is not ``gpu`` fails instead (``registry.JAX_CUDA_INSTALL``).
 * **Environment.** skrl's JAX ``wrap_env(env, wrapper="isaaclab")`` takes the torch env and
   moves tensors through DLPack (through host memory when JAX runs on CPU).
 * **Missing import (skrl 2.1.1).** ``Model.broadcast_parameters`` uses

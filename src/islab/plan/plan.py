@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path, PurePath
 from types import MappingProxyType
 
+from islab import rundir
 from islab.libs.registry import apply_env_fixes
 from islab.plan import skrl_jax, torchrun
 from islab.plan.launch_plan import LaunchPlan, NodePlan, RankLaunch
@@ -75,8 +76,9 @@ def run_dir_for(spec: RunSpec, now: datetime, slurm_job_id: int | None = None, j
     directory each on its own, so its name must come from what they share, not from each node's
     clock: the rendezvous id (``--rdzv-id``; c10d under SLURM ``slurm-<job id>``), else a digest of the
     spec every node was given (identical launches without an id then share the directory)."""
-    if spec.resume is not None and Path(spec.resume).is_dir():
-        return str(spec.resume)
+    continued = rundir.continued_run_dir(spec.resume)
+    if continued is not None:
+        return continued
     if job_leaf is not None:  # a scheduler's job: slurm-<id>, k8s-<name> (islab.k8s.allocation)
         leaf = job_leaf
     elif slurm_job_id is not None:

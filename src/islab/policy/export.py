@@ -3,7 +3,8 @@
 What ``islab-train export`` runs (in a process of its own). It writes, into ``RUN_DIR/exported/``::
 
     policy.pt     TorchScript: torch.jit.load(path)(obs) -> actions; no islab, no RL library needed
-    policy.onnx   the same graph as ONNX (opset 17), for onnxruntime, TensorRT, ...
+    policy.onnx   the same graph as ONNX (opset 17), for onnxruntime, TensorRT, ... -- written when
+                  the [onnx] extra (onnx, onnxruntime) is installed; TorchScript needs neither
     policy.json   inputs and outputs (names, shapes, dtype), the observation order when the task
                   names it, the action scaling, library, task, checkpoint and its iteration
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import os
 import sys
 import warnings
@@ -75,19 +77,25 @@ def _temporary(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
 
+def missing_onnx_modules() -> list[str]:
+    """What ONNX export needs and this interpreter lacks: torch's exporter needs onnx, the check
+    against the library's inference needs onnxruntime (looked up, not imported)."""
+    return [name for name in ("onnx", "onnxruntime") if importlib.util.find_spec(name) is None]
+
+
+def onnx_skipped_note(missing: list[str]) -> str:
+    from islab.resolve.resolve import install_extra_hint
+
+    return f"policy.onnx not written: {', '.join(missing)} not installed. {install_extra_hint('onnx')}"
+
+
 def export(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from islab.policy.loading import load_policy
 
     source = resolve_source(args.run_dir, args.checkpoint)
-    try:
-        import onnx  # noqa: F401 -- torch's exporter needs it; say how to get it before any work
-        import onnxruntime  # noqa: F401
-    except ImportError as error:
-        raise SpecError(
-            Issue("export", f"{error.name} is not installed", "pip install 'islab-train[onnx]' (onnx, onnxruntime)")
-        ) from error
+    with_onnx = not missing_onnx_modules()
     loaded = load_policy(source, device="cpu", num_envs=1)
     try:
         env, adapter = loaded.env, loaded.adapter
@@ -103,33 +111,34 @@ def export(args: argparse.Namespace) -> dict[str, Any]:
         example = observations[:2]  # the batch size is not baked in: checked on 1000 below
         with torch.no_grad():
             traced = torch.jit.trace(module, example)
-        script_tmp, onnx_tmp = _temporary(script_path), _temporary(onnx_path)
-        torch.jit.save(traced, str(script_tmp))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # the TorchScript-based exporter, on purpose
-            torch.onnx.export(
-                module, (example,), str(onnx_tmp), input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
-                dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}}, opset_version=OPSET, dynamo=False,
-            )  # fmt: skip
+        written = {script_path: _temporary(script_path)}
+        torch.jit.save(traced, str(written[script_path]))
         with torch.no_grad():
-            script_out = torch.jit.load(str(script_tmp))(observations)
-        onnx_out = torch.from_numpy(onnx_actions(onnx_tmp, observations.numpy()))
-        differences = {
-            "torchscript": float((script_out - reference).abs().max()),
-            "onnx": float((onnx_out - reference).abs().max()),
-        }
+            script_out = torch.jit.load(str(written[script_path]))(observations)
+        differences = {"torchscript": float((script_out - reference).abs().max())}
+        if with_onnx:
+            written[onnx_path] = _temporary(onnx_path)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # the TorchScript-based exporter, on purpose
+                torch.onnx.export(
+                    module, (example,), str(written[onnx_path]), input_names=[INPUT_NAME],
+                    output_names=[OUTPUT_NAME], dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+                    opset_version=OPSET, dynamo=False,
+                )  # fmt: skip
+            onnx_out = torch.from_numpy(onnx_actions(written[onnx_path], observations.numpy()))
+            differences["onnx"] = float((onnx_out - reference).abs().max())
         if max(differences.values()) > TOLERANCE:
-            for tmp in (script_tmp, onnx_tmp):
+            for tmp in written.values():
                 tmp.unlink(missing_ok=True)
             raise RuntimeError(
                 f"the exported policy differs from {source.lib}'s own inference by {differences} (> {TOLERANCE})"
             )
-        os.replace(script_tmp, script_path)
-        os.replace(onnx_tmp, onnx_path)
+        for path, tmp in written.items():
+            os.replace(tmp, path)
+        if not with_onnx:
+            onnx_path.unlink(missing_ok=True)  # an older export's ONNX would no longer match policy.pt
         description = describe(loaded, module, obs_size, act_size, differences)
-        description["files"] = {
-            path.name: {"sha256": sha256(path), "bytes": path.stat().st_size} for path in (script_path, onnx_path)
-        }
+        description["files"] = {path.name: {"sha256": sha256(path), "bytes": path.stat().st_size} for path in written}
         rundir.write_json(json_path, description)
         return {"directory": str(out_dir), **description}
     finally:
@@ -198,13 +207,17 @@ def main(argv: list[str] | None = None) -> int:
         print(Issue(error.field, str(error), "Pick another checkpoint").message(), file=sys.stderr)
         return 2
     diff = result["checked"]["max_abs_difference"]
+    names = {"torchscript": "TorchScript", "onnx": "ONNX"}
     print(
         f"exported {result['library']} {result['task']} (checkpoint iteration {result['checkpoint_iteration']}) "
-        f"to {result['directory']}: policy.pt, policy.onnx, policy.json; max |difference| from "
-        f"{result['library']}'s own inference on {CHECK_SAMPLES} observations: TorchScript {diff['torchscript']:.1e}, "
-        f"ONNX {diff['onnx']:.1e}",
+        f"to {result['directory']}: {', '.join(result['files'])}, policy.json; max |difference| from "
+        f"{result['library']}'s own inference on {CHECK_SAMPLES} observations: "
+        + ", ".join(f"{names[kind]} {value:.1e}" for kind, value in diff.items()),
         flush=True,
     )
+    missing = missing_onnx_modules()
+    if missing:
+        print(f"note: {onnx_skipped_note(missing)}", flush=True)
     return 0
 
 

@@ -25,8 +25,7 @@ from typing import Any
 from islab import rundir
 from islab.spec.issues import Issue, SpecError
 
-CHECKPOINT_CHOICES = ("latest", "best")
-HISTORY_PREFIX = "iter_"
+CHECKPOINT_CHOICES = rundir.CHECKPOINT_CHOICES  # what latest, best and a path mean: rundir.chosen_checkpoint
 
 
 @dataclass(frozen=True)
@@ -79,55 +78,19 @@ def read_run_spec(run_dir: Path) -> dict[str, Any]:
     return spec
 
 
-def recorded_returns(run_dir: Path) -> dict[int, float]:
-    """Mean return per iteration from ``progress.jsonl``; a repeated iteration (after an elastic
-    restart redid it) keeps its last record, which is the one whose policy the checkpoint holds."""
-    returns: dict[int, float] = {}
-    for record in rundir.read_progress(rundir.progress_path(run_dir)):
-        if record.get("mean_return") is not None and record.get("iteration") is not None:
-            returns[int(record["iteration"])] = float(record["mean_return"])
-    return returns
-
-
-def history_checkpoints(run_dir: Path) -> dict[int, Path]:
-    """``checkpoints/iter_<N>.pt`` by iteration N."""
-    found: dict[int, Path] = {}
-    for path in rundir.checkpoint_dir(run_dir).glob(f"{HISTORY_PREFIX}*.pt"):
-        number = path.stem.removeprefix(HISTORY_PREFIX)
-        if number.isdigit():
-            found[int(number)] = path
-    return found
-
-
-def best_checkpoint(run_dir: Path) -> tuple[Path, str | None]:
-    """(the kept checkpoint with the highest recorded mean return, a note or None)."""
-    returns = recorded_returns(run_dir)
-    scored = [(returns[it], it, path) for it, path in history_checkpoints(run_dir).items() if it in returns]
-    if not scored:
-        return rundir.latest_checkpoint(run_dir), "no kept checkpoint has a recorded mean return; using latest"
-    mean_return, iteration, path = max(scored)  # equal returns: the later iteration
-    return path, f"iteration {iteration}, mean return {mean_return:.2f} during training"
-
-
 def resolve_source(run_dir: str | Path, checkpoint: str = "latest") -> PolicySource:
     """Check ``RUN_DIR`` and ``--checkpoint``; SpecError (exit 2) for anything unusable."""
     directory = Path(run_dir).expanduser()
     spec = read_run_spec(directory)
-    note = None
-    if checkpoint == "latest":
-        path, choice = rundir.latest_checkpoint(directory), "latest"
-    elif checkpoint == "best":
-        (path, note), choice = best_checkpoint(directory), "best"
-    else:
-        path, choice = Path(checkpoint).expanduser(), "path"
-        if not path.is_file():
-            raise SpecError(
-                Issue(
-                    "--checkpoint",
-                    f"{checkpoint!r} is neither {' nor '.join(CHECKPOINT_CHOICES)} nor an existing file",
-                    f"Use latest, best or a path such as {rundir.checkpoint_dir(directory) / 'iter_<N>.pt'}",
-                )
+    path, choice, note = rundir.chosen_checkpoint(directory, checkpoint)
+    if choice == "path" and not path.is_file():
+        raise SpecError(
+            Issue(
+                "--checkpoint",
+                f"{checkpoint!r} is neither {' nor '.join(CHECKPOINT_CHOICES)} nor an existing file",
+                f"Use latest, best or a path such as {rundir.history_checkpoint(directory, '<N>')}",
             )
+        )
     if not path.is_file():
         raise SpecError(
             Issue(

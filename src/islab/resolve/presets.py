@@ -2,7 +2,8 @@
 training options into Isaac Lab's / mjlab's own train-script arguments (the entry point and its
 ``args``), and the options only our worker understands are refused for a user's entry point.
 Each function works on the merged layers of :func:`islab.resolve.resolve.resolve_spec`
-(``merged`` values, their ``sources`` and human ``origins``) before the spec is validated."""
+(``merged`` values, their ``sources`` and human ``origins``, copies the preset step of
+:mod:`islab.resolve.steps` hands them) before the spec is validated."""
 
 from __future__ import annotations
 
@@ -19,26 +20,29 @@ def _preset_issue(field: str, text: str) -> Issue:
     return Issue(field, problem, fix or "See islab-train --help")
 
 
-def apply_isaaclab(merged: dict[str, Any], sources: dict[str, Any], origins: dict[str, str]) -> None:
+def apply_isaaclab(
+    merged: dict[str, Any], sources: dict[str, Any], origins: dict[str, str], *, preset: Any = isaaclab_preset
+) -> None:
     """``--isaaclab DIR``: the entry point becomes Isaac Lab's ``<lib>/train.py`` (see
     :mod:`islab.resolve.isaaclab`), the preset mapping --task/--num-envs/--seed/--max-iterations to
-    its flags and adding --headless --distributed; the user's ``--`` arguments follow."""
+    its flags and adding --headless --distributed; the user's ``--`` arguments follow. ``preset``:
+    what reads Isaac Lab's directory (the resolution edge passes it in)."""
     label = origins.get("isaaclab", "isaaclab")
     if merged.get("entrypoint") is not None:
         raise SpecError(Issue(label, "already names the entry point (Isaac Lab's train.py)",
                               f"Drop {origins.get('entrypoint', 'entrypoint')} or the preset"))  # fmt: skip
     directory, lib = str(merged["isaaclab"]), str(merged.get("lib", "rsl_rl"))
     framework = str(merged.get("ml_framework", "torch"))
-    problem = isaaclab_preset.preset_problem(directory, lib, framework)
+    problem = preset.preset_problem(directory, lib, framework)
     if problem:
         raise SpecError(_preset_issue(label, problem))
     task = merged.pop("task", None)
     if task is None:
         raise SpecError(Issue("task", "--isaaclab needs an Isaac Lab task id", "Add e.g. --task Isaac-Cartpole-v0"))
-    problem = isaaclab_preset.unknown_task_problem(str(task), directory)
+    problem = preset.unknown_task_problem(str(task), directory)
     if problem:
         raise SpecError(_preset_issue(origins.get("task", "task"), problem))
-    entry = isaaclab_preset.isaaclab_entry(
+    entry = preset.isaaclab_entry(
         directory, lib, framework, task=str(task), num_envs=merged.pop("num_envs", None),
         seed=merged.get("seed"), max_iterations=merged.pop("max_iterations", None),
         # AppLauncher defaults to cuda:0: CPU ranks must say so (the user's flags after -- come last and win)

@@ -10,7 +10,7 @@ observation and action sizes, one environment state per env on each rank):
 :func:`frozen_field_issue` refuses a change of those before anything is launched.
 
 Not carried over: ``resume`` itself, ``node_rank`` (each node gives its own), values that came
-from a SLURM allocation (a requeued job has a new one) and masked secret ``env`` values.
+from a scheduler allocation (a requeued job has a new one) and masked secret ``env`` values.
 """
 
 from __future__ import annotations
@@ -19,22 +19,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from islab.rundir import LAUNCH_FILE
+from islab.resolve.allocations import ALLOCATION_SOURCES
+from islab.rundir import LAUNCH_FILE, run_dir_of
 from islab.spec.issues import SECRET_MASK, Issue
 
 # What a checkpoint's state is shaped by (per-rank env count: one env state per environment).
 FROZEN_FIELDS: tuple[str, ...] = ("lib", "ml_framework", "task", "num_envs")
 _NOT_CARRIED = frozenset({"resume", "node_rank"})
+_NOT_CARRIED_SOURCES = frozenset({"default", *(source.value for source in ALLOCATION_SOURCES)})
 
-
-def run_dir_of(resume: str) -> Path | None:
-    """The run directory behind a ``--resume`` value: the directory itself, or the run holding a
-    ``checkpoints/<file>.pt``; None when there is no launch record to continue from."""
-    path = Path(resume)
-    for candidate in (path, path.parent.parent):
-        if (candidate / LAUNCH_FILE).is_file():
-            return candidate
-    return None
+__all__ = ["FROZEN_FIELDS", "frozen_field_issue", "run_dir_of", "stored_layer"]  # run_dir_of: islab.rundir
 
 
 def stored_layer(run_dir: Path) -> dict[str, tuple[Any, str]]:
@@ -56,7 +50,7 @@ def stored_layer(run_dir: Path) -> dict[str, tuple[Any, str]]:
         held = spec.get(section, {}) if section else spec
         if not isinstance(held, Mapping) or key not in held:
             continue
-        if (dotted in _NOT_CARRIED or source in ("default", "slurm")) and dotted not in FROZEN_FIELDS:
+        if (dotted in _NOT_CARRIED or source in _NOT_CARRIED_SOURCES) and dotted not in FROZEN_FIELDS:
             continue
         value = held[key]
         if dotted == "env" and isinstance(value, Mapping):

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from islab.libs.registry import LIBRARIES, launcher_of
-from islab.resolve.resolve import Provided
+from islab.resolve.layers import Provided
 from islab.spec.addresses import join_host_port
 from islab.spec.issues import Issue, SpecError
 from islab.spec.run_spec import RunSpec

@@ -35,7 +35,6 @@ from typing import IO, Any, Literal
 from islab.rundir import (
     CURVES_FILE,
     SUMMARY_CHECKPOINT,
-    SUMMARY_FILE,
     ProgressReader,
     curves_path,
     progress_path,
@@ -131,9 +130,17 @@ def format_return(value: float | None) -> str:
 
 
 def eta_s(record: Mapping[str, Any]) -> float | None:
-    """Remaining time at the average pace so far: time_s / iteration x iterations left."""
+    """Remaining time at the pace of the latest iteration (env steps per iteration / its steps/s):
+    the average since the start would carry the first iteration's one-off warm-up (compilation,
+    allocation) into every estimate -- a 23-minute first ETA for a 2-minute run. Without a rate,
+    the average pace so far."""
     iteration, total, elapsed = record.get("iteration"), record.get("max_iterations"), record.get("time_s")
-    if not iteration or not total or elapsed is None or iteration <= 0:
+    if not iteration or not total or iteration <= 0:
+        return None
+    env_steps, rate = record.get("env_steps"), record.get("steps_per_s")
+    if env_steps and rate and rate > 0:
+        return max(0.0, float(env_steps) / iteration / float(rate) * (total - iteration))
+    if elapsed is None:
         return None
     return max(0.0, float(elapsed) / iteration * (total - iteration))
 
@@ -385,8 +392,11 @@ def finish(run_dir: str, out: IO[str], *, tty: bool, resume: str | None, records
             rows.append(("curves", str(curves)))
         render_summary(rows, out, tty=tty)
         return
-    if summary is None:
-        out.write(f"islab-train: finished; no {SUMMARY_FILE} in {run_dir}\n")
+    if summary is None:  # a user's script that logs no TensorBoard scalars: a success all the same
+        out.write(
+            f"islab-train: finished (every rank exited 0). Run directory: {run_dir} -- the entry point "
+            "reported no progress islab can read (TensorBoard scalars), so there is no summary table.\n"
+        )
         return
     rows = summary_rows(summary, run_dir, resume)
     if curves is not None:

@@ -50,6 +50,8 @@ LOGS_DIR = "logs"
 PROGRESS_FILE = "progress.jsonl"
 CHECKPOINTS_DIR = "checkpoints"
 LATEST_CHECKPOINT = "latest.pt"
+HISTORY_PREFIX = "iter_"  # checkpoints/iter_<N>.pt
+CHECKPOINT_CHOICES = ("latest", "best")  # play/export --checkpoint, besides a path
 DIGESTS_DIR = "digests"
 HEARTBEATS_DIR = "heartbeats"
 SUMMARY_FILE = "summary.json"
@@ -57,6 +59,8 @@ CURVES_FILE = "curves.png"
 EVAL_FILE = "eval.json"
 EXPORT_DIR = "exported"
 WANDB_RUN_ID_FILE = "wandb_run_id"
+PREFLIGHT_FILE = "preflight.json"
+PREFLIGHT_DIR = "preflight"  # the probe's rank logs (NCCL_DEBUG=INFO output)
 
 
 # -- paths ---------------------------------------------------------------------------------------
@@ -66,8 +70,8 @@ def logs_dir(run_dir: str | Path) -> Path:
     return Path(run_dir, LOGS_DIR)
 
 
-def rank_log(run_dir: str | Path, rank: int) -> Path:
-    """``logs/rank_<R>.log``: everything rank ``rank`` printed."""
+def rank_log(run_dir: str | Path, rank: int | str) -> Path:
+    """``logs/rank_<R>.log``: everything rank ``rank`` printed (``"<R>"`` in help texts)."""
     return logs_dir(run_dir) / f"rank_{rank}.log"
 
 
@@ -88,10 +92,76 @@ def latest_checkpoint(run_dir: str | Path) -> Path:
     return checkpoint_dir(run_dir) / LATEST_CHECKPOINT
 
 
+def history_checkpoint(run_dir: str | Path, iteration: int | str) -> Path:
+    """``checkpoints/iter_<N>.pt`` (``iteration`` may be text, e.g. ``"<N>"`` in a message)."""
+    return checkpoint_dir(run_dir) / f"{HISTORY_PREFIX}{iteration}.pt"
+
+
+def history_checkpoints(run_dir: str | Path) -> dict[int, Path]:
+    """The ``checkpoints/iter_<N>.pt`` on disk, by iteration N, in order."""
+    found: dict[int, Path] = {}
+    for path in checkpoint_dir(run_dir).glob(f"{HISTORY_PREFIX}*.pt"):
+        number = path.stem.removeprefix(HISTORY_PREFIX)
+        if number.isdigit():
+            found[int(number)] = path
+    return dict(sorted(found.items()))
+
+
+# -- what a path given by a user means: --resume RUN_DIR|FILE, play/export --checkpoint latest|best|PATH
+
+RESUME_FORMS = f"a checkpoint file nor a run directory with {CHECKPOINTS_DIR}/{LATEST_CHECKPOINT}"  # for messages
+
+
 def resume_source(path: str | Path) -> Path:
     """``--resume`` takes a run directory (its ``checkpoints/latest.pt``) or a checkpoint file."""
     path = Path(path)
     return latest_checkpoint(path) if path.is_dir() else path
+
+
+def continued_run_dir(resume: str | None) -> str | None:
+    """The run directory a ``--resume`` continues in: the one given (a new one for a file)."""
+    return resume if resume is not None and Path(resume).is_dir() else None
+
+
+def run_dir_of(resume: str) -> Path | None:
+    """The run directory behind a ``--resume`` value: the directory itself, or the run holding a
+    ``checkpoints/<file>.pt``; None when there is no launch record to continue from."""
+    path = Path(resume)
+    for candidate in (path, path.parent.parent):
+        if (candidate / LAUNCH_FILE).is_file():
+            return candidate
+    return None
+
+
+def recorded_returns(run_dir: str | Path) -> dict[int, float]:
+    """Mean return per iteration from ``progress.jsonl``; a repeated iteration (after an elastic
+    restart redid it) keeps its last record, which is the one whose policy the checkpoint holds."""
+    returns: dict[int, float] = {}
+    for record in read_progress(progress_path(run_dir)):
+        if record.get("mean_return") is not None and record.get("iteration") is not None:
+            returns[int(record["iteration"])] = float(record["mean_return"])
+    return returns
+
+
+def best_checkpoint(run_dir: str | Path) -> tuple[Path, str | None]:
+    """``best``: (the kept checkpoint with the highest recorded mean return, a note or None)."""
+    returns = recorded_returns(run_dir)
+    scored = [(returns[it], it, path) for it, path in history_checkpoints(run_dir).items() if it in returns]
+    if not scored:
+        return latest_checkpoint(run_dir), "no kept checkpoint has a recorded mean return; using latest"
+    mean_return, iteration, path = max(scored)  # equal returns: the later iteration
+    return path, f"iteration {iteration}, mean return {mean_return:.2f} during training"
+
+
+def chosen_checkpoint(run_dir: Path, checkpoint: str) -> tuple[Path, str, str | None]:
+    """``--checkpoint latest|best|PATH`` of a run -> (file, "latest"/"best"/"path", note or None).
+    The file may not exist; the caller says what is wrong."""
+    if checkpoint == "latest":
+        return latest_checkpoint(run_dir), "latest", None
+    if checkpoint == "best":
+        path, note = best_checkpoint(run_dir)
+        return path, "best", note
+    return Path(checkpoint).expanduser(), "path", None
 
 
 def digest_path(run_dir: str | Path, rank: int) -> Path:
@@ -104,6 +174,10 @@ def heartbeat_path(run_dir: str | Path, rank: int) -> Path:
 
 def summary_path(run_dir: str | Path) -> Path:
     return Path(run_dir, SUMMARY_FILE)
+
+
+def preflight_path(run_dir: str | Path) -> Path:
+    return Path(run_dir) / PREFLIGHT_FILE
 
 
 def curves_path(run_dir: str | Path) -> Path:

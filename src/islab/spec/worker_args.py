@@ -29,6 +29,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from islab import rundir
 from islab.libs.registry import LIBRARIES, ML_FRAMEWORKS
 
 
@@ -88,6 +89,9 @@ class WorkerArg:
         return not self.flag.startswith("--")
 
 
+_LATEST = rundir.LATEST_CHECKPOINT  # checkpoint names in help texts come from the run directory's layout
+_HISTORY = f"{rundir.HISTORY_PREFIX}<N>.pt"
+
 WORKER_ARGS: tuple[WorkerArg, ...] = (
     WorkerArg("--lib", "RL library", default="rsl_rl", field="lib", required=True, choices=tuple(LIBRARIES)),
     WorkerArg("--ml-framework", "learner framework", default="torch", field="ml_framework", choices=ML_FRAMEWORKS),
@@ -110,10 +114,11 @@ WORKER_ARGS: tuple[WorkerArg, ...] = (
     WorkerArg("--distributed", "train across all ranks of the job", bool, default=False),
     WorkerArg("--checkpoint-interval", "write an islab checkpoint every N iterations (0: only after the last)",
               int, default=10, field="checkpoint_interval", metavar="N", minimum=0),
-    WorkerArg("--keep-checkpoints", "iter_<N>.pt checkpoints kept beside latest.pt: the newest N (0: only "
-              "latest.pt)", int, default=3, field="keep_checkpoints", emit=Emit.NOT_DEFAULT, metavar="N", minimum=0,
-              cli=Cli("Iteration checkpoints (checkpoints/iter_<N>.pt) kept beside latest.pt: the newest N, older ones "
-                      "are deleted as new ones are written; 0: only latest.pt.", shared=False)),  # only rank 0 writes
+    WorkerArg("--keep-checkpoints", f"{_HISTORY} checkpoints kept beside {_LATEST}: the newest N (0: only "
+              f"{_LATEST})", int, default=3, field="keep_checkpoints", emit=Emit.NOT_DEFAULT, metavar="N", minimum=0,
+              # only rank 0 writes checkpoints: a per-node field
+              cli=Cli(f"Iteration checkpoints ({rundir.CHECKPOINTS_DIR}/{_HISTORY}) kept beside {_LATEST}: the "
+                      f"newest N, older ones are deleted as new ones are written; 0: only {_LATEST}.", shared=False)),
     WorkerArg("--logger", "wandb: rank 0 also logs every iteration to one Weights & Biases run per run directory",
               default="tensorboard", field="logger", emit=Emit.NOT_DEFAULT, choices=("tensorboard", "wandb")),
     # A collective waits as long as the rendezvous does: a vanished node fails the job, not hangs it.
@@ -121,7 +126,7 @@ WORKER_ARGS: tuple[WorkerArg, ...] = (
     WorkerArg("--peer-timeout", "how long a collective waits for the other ranks before this rank fails (a node "
               "that vanished without closing its sockets would otherwise hang the job)", float, default=600.0,
               field="rendezvous.timeout_s", metavar="SECONDS"),
-    WorkerArg("--resume", "continue a run: its directory (checkpoints/latest.pt) or a checkpoint file; "
+    WorkerArg("--resume", f"continue a run: its directory ({rundir.CHECKPOINTS_DIR}/{_LATEST}) or a checkpoint file; "
               "--max-iterations M more iterations (--total-env-steps N more env steps) are trained. Only rank 0 "
               "reads it.", Path, field="resume", emit=Emit.GIVEN, metavar="PATH"),
     WorkerArg("overrides", "agent-config overrides", default=(), field="overrides", metavar="key=value"),

@@ -76,6 +76,7 @@ if TYPE_CHECKING:
 
 FORMAT = "islab-checkpoint/1"
 LATEST = rundir.LATEST_CHECKPOINT
+HISTORY_FILE = rundir.history_checkpoint("", "<N>").name  # iter_<N>.pt, for messages
 # Iterations between checkpoints (the last iteration is always checkpointed): the worker option's default.
 DEFAULT_INTERVAL: int = default_of("checkpoint_interval")
 DEFAULT_KEEP: int = default_of("keep_checkpoints")  # iter_<N>.pt files kept beside latest.pt
@@ -217,7 +218,7 @@ def check_compatible(checkpoint: Mapping[str, Any], run: Mapping[str, Any], sour
     if checkpoint.get("format") != FORMAT:
         raise CheckpointError(
             f"resume: {source} is not an islab checkpoint (format {checkpoint.get('format')!r}, expected "
-            f"{FORMAT!r}); pass a run directory or a checkpoints/latest.pt or iter_<N>.pt file"
+            f"{FORMAT!r}); pass a run directory or a {rundir.CHECKPOINTS_DIR}/{LATEST} or {HISTORY_FILE} file"
         )
     keys = ("lib", "ml_framework", "task", "observation_shape", "action_shape")
     if any(_plain(checkpoint.get(key)) != _plain(run[key]) for key in keys):
@@ -288,6 +289,7 @@ class Checkpointer:
         stop: StopRequest | None = None,
     ) -> None:
         self.collective = collective
+        self.run_dir = Path(run_dir)
         self.directory = rundir.checkpoint_dir(run_dir)
         self.identity = dict(run_identity)
         self.spec = dict(spec)
@@ -328,14 +330,14 @@ class Checkpointer:
             "device": str(adapter.env.generator.device) if adapter.env.generator is not None else "cpu",
             "library": to_cpu(adapter.library_state()),
         }
-        history = atomic_torch_save(checkpoint, self.directory / f"iter_{iteration}.pt")
+        history = atomic_torch_save(checkpoint, rundir.history_checkpoint(self.run_dir, iteration))
         self._replace_latest(history)
         self._prune()
-        self.last_written = self.directory / LATEST
+        self.last_written = rundir.latest_checkpoint(self.run_dir)
         return self.last_written
 
     def _replace_latest(self, history: Path) -> None:
-        latest = self.directory / LATEST
+        latest = rundir.latest_checkpoint(self.run_dir)
         tmp = self.directory / f".{LATEST}.tmp-{os.getpid()}"
         tmp.unlink(missing_ok=True)
         try:
@@ -346,7 +348,7 @@ class Checkpointer:
         os.replace(tmp, latest)
 
     def _prune(self) -> None:
-        history = sorted(self.directory.glob("iter_*.pt"), key=lambda p: int(p.stem.removeprefix("iter_")))
+        history = list(rundir.history_checkpoints(self.run_dir).values())  # oldest first
         for old in history[: max(0, len(history) - self.keep)]:
             old.unlink(missing_ok=True)  # latest.pt is another name for the newest: unaffected
 

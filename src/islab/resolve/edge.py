@@ -1,0 +1,93 @@
+"""The edge of resolution: every disk read and installation probe the pipeline needs, in one place.
+
+The steps of :mod:`islab.resolve.pipeline` are pure: what they need from the machine they get
+from an :class:`Edge` passed in. :class:`DiskEdge` is the real one; a test passes a fake that
+answers from memory, so each step runs alone without files on disk.
+
+=========================  ==============================================================
+``read_cluster_file``      the ``--cluster`` YAML text
+``resumed_run``            ``--resume``: the run directory and its stored spec (launch.yaml)
+``isaaclab``               ``--isaaclab DIR``: Isaac Lab's train scripts and registered tasks
+``add_task_module``        ``--task-module``: its tasks join the registry (read statically)
+``task_default_envs``      a registered task's default environment count
+``checkpoint_exists``      a ``--resume`` path holds a checkpoint (run dir -> latest.pt)
+``missing_extra``          the task's extra is installed (checked without importing it)
+``module_installed``       e.g. wandb for ``--logger wandb``
+``configured_libraries``   which libraries the task has an agent config for
+``rollout_problem``        the agent config takes the overrides and gives a rollout length
+=========================  ==============================================================
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from islab import rundir
+from islab.resolve import isaaclab as isaaclab_preset
+from islab.resolve.resumed import stored_layer
+from islab.resolve.sources import read_cluster_file
+from islab.spec.agent_config import AgentConfigError, load_agent_config
+from islab.spec.budget import rollout_length
+from islab.tasks import TASKS, add_task_module, agent_config_path, libraries_with_agent_config, missing_extra
+
+
+class Edge(Protocol):
+    """What resolution asks of the machine (see the module's table)."""
+
+    isaaclab: Any  # isaaclab_preset's preset_problem / unknown_task_problem / isaaclab_entry
+
+    def read_cluster_file(self, path: Path) -> str: ...
+    def resumed_run(self, resume: Any) -> tuple[Path | None, dict[str, tuple[Any, str]]]: ...
+    def add_task_module(self, module: str) -> None: ...
+    def task_default_envs(self, task: str) -> int | None: ...
+    def checkpoint_exists(self, path: str) -> bool: ...
+    def missing_extra(self, task: str) -> str | None: ...
+    def module_installed(self, name: str) -> bool: ...
+    def configured_libraries(self, task: str) -> Sequence[str]: ...
+    def rollout_problem(self, lib: str, task: str, overrides: Sequence[str]) -> AgentConfigError | None: ...
+    def agent_config_path(self, lib: str, task: str) -> Path: ...
+
+
+class DiskEdge:
+    """The real edge: this machine's files and installed packages."""
+
+    isaaclab = isaaclab_preset
+
+    def read_cluster_file(self, path: Path) -> str:
+        return read_cluster_file(path)
+
+    def resumed_run(self, resume: Any) -> tuple[Path | None, dict[str, tuple[Any, str]]]:
+        """``--resume RUN_DIR`` (or a checkpoint inside one): the run and its stored spec's layer."""
+        run_dir = rundir.run_dir_of(resume) if isinstance(resume, str) else None
+        return run_dir, (stored_layer(run_dir) if run_dir is not None else {})
+
+    def add_task_module(self, module: str) -> None:
+        add_task_module(module)
+
+    def task_default_envs(self, task: str) -> int | None:
+        return TASKS[task].default_num_envs if task in TASKS else None
+
+    def checkpoint_exists(self, path: str) -> bool:
+        return rundir.resume_source(path).is_file()
+
+    def missing_extra(self, task: str) -> str | None:
+        return missing_extra(task)
+
+    def module_installed(self, name: str) -> bool:
+        return importlib.util.find_spec(name) is not None
+
+    def configured_libraries(self, task: str) -> Sequence[str]:
+        return libraries_with_agent_config(task)
+
+    def rollout_problem(self, lib: str, task: str, overrides: Sequence[str]) -> AgentConfigError | None:
+        try:
+            rollout_length(lib, load_agent_config(lib, task, overrides))
+        except AgentConfigError as error:
+            return error
+        return None
+
+    def agent_config_path(self, lib: str, task: str) -> Path:
+        return agent_config_path(lib, task)
