@@ -34,5 +34,5 @@ install_venv() {  # install_venv DIR EXTRAS
 
 case ",${ISLAB_EXTRAS:-}," in
     *,mjlab,*) install_venv .venv-mjlab "dev,jax,mjlab" ;;
-    *) install_venv .venv "dev,jax,onnx,wandb,sweep" ;;
+    *) install_venv .venv "dev,jax,onnx,wandb,sweep,k8s-test" ;;
 esac

@@ -39,4 +39,4 @@ def missing_modules(*names: str) -> list[str]:
 
 def require_modules(*names: str) -> None:
     missing = missing_modules(*names)
-    require(f"{', '.join(missing)} not installed (pip install -e '.[dev,jax,onnx]')" if missing else None)
+    require(f"{', '.join(missing)} not installed (pip install -e '.[dev,jax,onnx,k8s-test]')" if missing else None)

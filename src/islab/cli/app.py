@@ -32,6 +32,8 @@ from islab.doctor import checks as doctor
 from islab.doctor import facts as doctor_facts
 from islab.doctor import report as doctor_report
 from islab.doctor.probes import find_free_port, local_address_towards, visible_gpu_count
+from islab.k8s import allocation as k8s_allocation
+from islab.k8s import dns as k8s_dns
 from islab.plan import plan as planner
 from islab.plan.dry_run import format_json, format_text
 from islab.plan.launch_issues import launch_issues
@@ -67,7 +69,7 @@ PROG = "islab-train"
 GPUS_ALL_ASSUMED = "no CUDA device is visible here, so this plan assumes 1 GPU per node"
 
 # The subcommands beside the training command (islab.cli.commands registers each; --help lists them).
-SUBCOMMANDS = ("doctor", "sbatch", "tasks", "play", "export", "sweep")
+SUBCOMMANDS = ("doctor", "sbatch", "k8s", "tasks", "play", "export", "sweep")
 
 EPILOG = f"""\
 [bold]Examples[/bold]
@@ -100,7 +102,7 @@ EPILOG = f"""\
   islab-train tasks
 
 Commands: islab-train {" | ".join(SUBCOMMANDS)} (each has --help).
-Precedence: command line > SLURM allocation (--slurm / under srun) > ISLAB_* environment
+Precedence: command line > SLURM / Kubernetes allocation (--slurm, --k8s) > ISLAB_* environment
 > --cluster YAML > defaults.
 Exit codes: 0 ok / dry run, 2 bad spec (nothing started), else the training's status
 (signal N -> 128+N; Ctrl-C -> 130; SIGTERM/SIGUSR1 -> checkpoint, then 75). Reference: docs/CLI.md.
@@ -151,7 +153,8 @@ def resolve(
     try:
         cli_layer, env_layer = _layers(ctx, options)
         _apply_gpus(ctx, options.get("gpus"), cli_layer, env_layer, dry_run_warnings)
-        # The scheduler allocations this process runs in (SLURM under srun or with --slurm), unless
+        # The scheduler allocations this process runs in (SLURM under srun or with --slurm; Kubernetes in
+        # the pods of a training job or with --k8s: islab.resolve.allocations), unless
         # the caller plans one itself (sbatch plans the job's allocation before it exists).
         allocations = active_allocations(options, os.environ) if slurm_layer is None else ()
         edge = DryRunEdge() if dry_run else None
@@ -200,12 +203,16 @@ def _layers(ctx: typer.Context, values: dict[str, Any]) -> tuple[dict[str, Provi
     return cli_layer, env_layer
 
 
-def slurm_job_of(resolved: ResolvedSpec) -> int | None:
-    """The SLURM job this launch runs in, when the allocation supplied part of the spec: it names
-    the run directory, so that a requeued job finds its checkpoint again."""
-    if not any(source is Source.SLURM for source in resolved.sources.values()):
-        return None
-    return int(os.environ["SLURM_JOB_ID"])
+def run_leaf_of(resolved: ResolvedSpec) -> str | None:
+    """The run directory's leaf when a scheduler allocation supplied part of the spec -- the SLURM
+    job (slurm-<id>) or the Kubernetes job (k8s-<name>) -- so that a requeued job or a pod started
+    again finds its checkpoint."""
+    used = set(resolved.sources.values())
+    if Source.K8S in used:
+        return k8s_allocation.allocation_from_environ(os.environ).run_leaf
+    if Source.SLURM in used:
+        return f"slurm-{int(os.environ['SLURM_JOB_ID'])}"
+    return None
 
 
 def _apply_gpus(
@@ -271,7 +278,7 @@ def _plan_and_go(
     spec = resolved.spec
     try:
         plan = planner.build_plan(spec, now=datetime.now(), free_port=find_free_port(),
-                                  slurm_job_id=slurm_job_of(resolved),
+                                  job_leaf=run_leaf_of(resolved),
                                   to_target=planner.resumes_to_target(resolved))  # fmt: skip
     except SpecError as exc:
         fail(exc)
@@ -292,12 +299,14 @@ def _plan_and_go(
         raise typer.Exit(0)
 
     issues = launch_issues(spec, platform=sys.platform, visible_gpus=visible_gpus)
-    taken = run_dir_taken(spec, plan, slurm_job_of(resolved), now=time.time())
+    taken = run_dir_taken(spec, plan, run_leaf_of(resolved), now=time.time())
     login = wandb_login_issue({**os.environ, **spec.env}, Path.home()) if spec.logger == "wandb" else None
     refused = [*issues, *(issue for issue in (taken, login) if issue is not None)]
     if refused:
         fail(SpecError(refused))
     node_rank = spec.node_rank if spec.node_rank is not None else 0
+    if plan.rendezvous_address and str(run_leaf_of(resolved)).startswith("k8s-"):
+        k8s_dns.wait_for_dns(split_host_port(plan.rendezvous_address)[0], plan.rendezvous_timeout_s)
     hosts_store = _preflight(spec, plan, visible_gpus)
     if spec.rendezvous.backend == "c10d" and spec.nnodes > 1 and plan.rendezvous_address:
         local_addr = local_address_towards(*split_host_port(plan.rendezvous_address))
@@ -337,17 +346,17 @@ def _plan_and_go(
     raise typer.Exit(run_plan(plan, node_rank, console=console))
 
 
-def run_dir_taken(spec: RunSpec, plan: LaunchPlan, slurm_job_id: int | None, *, now: float) -> Issue | None:
+def run_dir_taken(spec: RunSpec, plan: LaunchPlan, job_leaf: str | None, *, now: float) -> Issue | None:
     """A run directory that already holds another run is not trained into again (identical
     multi-node launches name the same ``spec-<digest>`` directory, and the new run would overwrite
-    the first one's checkpoints). Allowed: ``--resume`` of that directory; a SLURM job's own
-    ``slurm-<job id>`` directory (a requeue resumes there by itself); a job that is still running
-    there (a heartbeat younger than the hang or rendezvous timeout and than the run's summary: a node
-    joining an elastic job);
-    a directory with no checkpoint and no summary yet (the nodes of one job start together).
+    the first one's checkpoints). Allowed: ``--resume`` of that directory; a scheduler job's own
+    directory (``slurm-<job id>``, ``k8s-<name>``: a requeue or a restarted pod resumes there by
+    itself); a job that is still running there (a heartbeat younger than the hang or rendezvous
+    timeout and than the run's summary: a node joining an elastic job); a directory with no
+    checkpoint and no summary yet (the nodes of one job start together).
     torchrun's own restarts happen inside this launch and never come here."""
     run_dir = plan.run_dir
-    if run_dir == continued_run_dir(spec.resume) or slurm_job_id is not None:
+    if run_dir == continued_run_dir(spec.resume) or job_leaf is not None:
         return None
     if not (latest_checkpoint(run_dir).is_file() or summary_path(run_dir).is_file()):
         return None

@@ -1,6 +1,6 @@
-"""The subcommands: ``doctor`` (pre-flight checks), ``sbatch`` (a SLURM batch script), ``tasks``,
-``play`` and ``export`` (a trained run: :mod:`islab.policy.cli_commands`), ``sweep`` (many runs on
-Ray Tune: :mod:`islab.sweep`).
+"""The subcommands: ``doctor`` (pre-flight checks), ``sbatch`` (a SLURM batch script), ``k8s`` (a
+Kubernetes job: :mod:`islab.cli.k8s_command`), ``tasks``, ``play`` and ``export`` (a trained run:
+:mod:`islab.policy.cli_commands`), ``sweep`` (many runs on Ray Tune: :mod:`islab.sweep`).
 
 ``doctor`` and ``sbatch`` take the training command's spec options (the option table of
 :mod:`islab.cli.options`), so option names, help, environment variables and validation stay one
@@ -19,6 +19,7 @@ import typer
 
 from islab import rundir
 from islab.cli.app import entry_args, fail, resolve, source_of, typer_app
+from islab.cli.k8s_command import K8S_EPILOG, K8S_HELP, k8s_command
 from islab.cli.options import OPTIONS, keyword, signature
 from islab.doctor import checks as doctor
 from islab.doctor import facts as doctor_facts
@@ -351,3 +352,6 @@ def sweep_command(
     raise typer.Exit(
         sweep_main(sweep_file, resume=resume, dry_run_only=dry_run, json_output=json_output, ray_address=ray_address)
     )
+
+
+commands.command("k8s", epilog=K8S_EPILOG, help=K8S_HELP)(k8s_command)

@@ -214,6 +214,10 @@ OPTIONS: tuple[Option, ...] = (
            "(SLURM_NNODES, SLURM_NODEID, first host of SLURM_JOB_NODELIST, 20000 + SLURM_JOB_ID % 20000). "
            "On by itself under srun; options on the command line still win.", PANEL_CLUSTER, kind=bool,
            default="[default: auto]"),
+    Option("--k8s/--no-k8s", "Take nnodes, the node rank and node 0's address:port from the Kubernetes job this pod "
+           "belongs to (PET_* of Kubeflow TrainJob/PyTorchJob; JOB_COMPLETION_INDEX and pod 0's DNS name for JobSet "
+           "and an Indexed Job: docs/KUBERNETES.md). On by itself in the pods 'islab-train k8s' writes; options on the "
+           "command line still win.", PANEL_CLUSTER, kind=bool, default="[default: auto]"),
     # --- output ------------------------------------------------------------------------------
     Option("--run-name", "Suffix of the run directory; letters, digits, . _ - only.", PANEL_OUTPUT, "run_name"),
     Option("--log-dir", "Root of run directories: <log_dir>/<lib>/<task>/<time>[_<run_name>] (an entry point: "

@@ -85,7 +85,7 @@ def hang_timeout_of(spec: RunSpec) -> int:
 # ----------------------------------------------------------------------------------------------
 
 
-def run_dir_for(spec: RunSpec, now: datetime, slurm_job_id: int | None = None) -> str:
+def run_dir_for(spec: RunSpec, now: datetime, slurm_job_id: int | None = None, job_leaf: str | None = None) -> str:
     """``<log_dir>/<lib>/<task>/<leaf>[_<run_name>]`` (other entry points: :func:`what_ran`) -- chosen
     once, for all ranks; or the run directory being resumed, so a resumed run keeps its logs and
     checkpoints together.
@@ -99,7 +99,9 @@ def run_dir_for(spec: RunSpec, now: datetime, slurm_job_id: int | None = None) -
     continued = rundir.continued_run_dir(spec.resume)
     if continued is not None:
         return continued
-    if slurm_job_id is not None:
+    if job_leaf is not None:  # a scheduler's job: slurm-<id>, k8s-<name> (islab.k8s.allocation)
+        leaf = job_leaf
+    elif slurm_job_id is not None:
         leaf = f"slurm-{slurm_job_id}"
     elif spec.nnodes > 1:
         leaf = spec.rendezvous.id or f"spec-{_shared_digest(spec)}"
@@ -240,7 +242,13 @@ def _derive(spec: RunSpec, free_port: int) -> tuple[dict[str, str], int | None]:
 
 
 def build_plan(
-    spec: RunSpec, *, now: datetime, free_port: int, slurm_job_id: int | None = None, to_target: bool = False
+    spec: RunSpec,
+    *,
+    now: datetime,
+    free_port: int,
+    slurm_job_id: int | None = None,
+    job_leaf: str | None = None,
+    to_target: bool = False,
 ) -> LaunchPlan:
     """Plan every node of ``spec`` (or only ``spec.node_rank`` when given).
 
@@ -249,7 +257,7 @@ def build_plan(
     probes it; see ``supervise.find_free_port``). ``to_target``: ``--resume`` alone
     (:func:`resumes_to_target`), which trains to the run's original target.
     """
-    run_dir = run_dir_for(spec, now, slurm_job_id)
+    run_dir = run_dir_for(spec, now, slurm_job_id, job_leaf)
     launcher = spec.launcher
     derived, node0_port = _derive(spec, free_port)
     env = MappingProxyType(plan_env(spec, run_dir))

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from islab.k8s import allocation as k8s
 from islab.resolve import slurm
 from islab.resolve.layers import Source
 from islab.resolve.sources import AllocationSource
@@ -34,6 +35,7 @@ class AllocationReader:
 
 ALLOCATION_READERS: tuple[AllocationReader, ...] = (
     AllocationReader("slurm", Source.SLURM, slurm.in_srun_step, slurm.allocation_from_environ),
+    AllocationReader("k8s", Source.K8S, k8s.in_kubernetes_pod, k8s.allocation_from_environ),
 )
 
 ALLOCATION_SOURCES = frozenset(reader.source for reader in ALLOCATION_READERS)

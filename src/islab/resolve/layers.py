@@ -27,6 +27,7 @@ class Source(str, Enum):
 
     CLI = "cli"
     SLURM = "slurm"
+    K8S = "k8s"  # the Kubernetes job this pod belongs to (islab.k8s.allocation)
     ENV = "env"
     FILE = "file"
     RESUMED = "resumed"  # the stored spec of the run being resumed (islab.resolve.resumed)

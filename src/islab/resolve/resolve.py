@@ -26,10 +26,16 @@ from pathlib import Path
 from islab.resolve.edge import Edge
 from islab.resolve.layers import Layer, Provided, Source
 from islab.resolve.pipeline import Inputs, ResolvedSpec, resolve
-from islab.resolve.sources import AllocationSource, LayerBuilder
+from islab.resolve.sources import AllocationSource, LayerBuilder, cluster_layer, read_cluster_file
 from islab.resolve.steps import install_extra_hint
 
 __all__ = ["Provided", "ResolvedSpec", "Source", "install_extra_hint", "resolve_spec"]
+
+
+def load_cluster_file(path: Path) -> dict[str, Provided]:
+    """Read a YAML cluster spec into a flat layer keyed by dotted field names (``islab-train k8s``
+    writes the file's fields into each pod's command)."""
+    return dict(cluster_layer(read_cluster_file(path), path).values)
 
 
 def resolve_spec(

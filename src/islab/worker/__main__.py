@@ -188,7 +188,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "policy_sha256_saved": point.checkpoint["policy_sha256"],
             "policy_sha256_loaded": digest,
         }
-        if ctx.is_main and point.reason.startswith(("elastic", "SLURM")):
+        if ctx.is_main and point.reason.startswith(("elastic", "SLURM", "Kubernetes")):
             reported = last_reported_iteration(rundir.progress_path(run_dir))
             resumed["lost_iterations"] = None if reported is None else max(0, reported - start_iteration)
         lost = resumed.get("lost_iterations")

@@ -6,9 +6,10 @@ a length is given with it -- ``--resume PATH`` alone trains to that target; ``--
 --max-iterations M`` continues a checkpoint at iteration N for M more iterations (to N+M). A restart of the same job --
 an elastic restart (torchrun ``--max_restarts``; ``TORCHELASTIC_RESTART_COUNT`` > 0) or a requeued
 SLURM job (same ``SLURM_JOB_ID``, ``SLURM_RESTART_COUNT`` > 0, whose run directory is named after
-the job id) -- resumes from this run's own ``checkpoints/latest.pt`` when that job wrote one, and
-trains only up to the iteration the job was asked to reach, which the checkpoint records
-(``spec.target_iteration``). Isaac Lab restarts from scratch.
+the job id), or a pod of a Kubernetes job started again (``ISLAB_K8S_JOB``, run directory
+``k8s-<job>`` on the job's volume) -- resumes from this run's own ``checkpoints/latest.pt`` when
+that job wrote one, and trains only up to the iteration the job was asked to reach, which the
+checkpoint records (``spec.target_iteration``). Isaac Lab restarts from scratch.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from islab import rundir
+from islab.k8s.names import JOB_VARIABLE as K8S_JOB_VARIABLE
 from islab.worker.checkpoint import check_compatible, load_checkpoint_for_rank
 from islab.worker.collectives import Collective
 
@@ -41,6 +43,11 @@ def restart_of(environ: dict[str, str]) -> str | None:
     requeue = int(environ.get("SLURM_RESTART_COUNT", "0") or 0)
     if requeue > 0 and environ.get("SLURM_JOB_ID"):
         return f"SLURM requeue {requeue}"
+    # Kubernetes says nothing about restarts; every pod start of a job that `islab-train k8s` wrote
+    # continues the job's own checkpoint in its run directory k8s-<job> when there is one.
+    k8s_job = environ.get(K8S_JOB_VARIABLE)
+    if k8s_job:
+        return f"Kubernetes job {k8s_job} started again"
     return None
 
 
