@@ -76,13 +76,15 @@ def module_file(module: str) -> Path:
     top, *rest = module.split(".")
     spec = importlib.util.find_spec(top)
     if spec is None:
-        raise TaskRegistrationError(f"module {module!r} is not installed")
+        raise TaskRegistrationError(
+            f"module {module!r} cannot be found: it is not installed and not in the working directory ({Path.cwd()})"
+        )
     locations = list(spec.submodule_search_locations or [])
     path = Path(spec.origin) if spec.origin else None
     for part in rest:
         path = next((p for loc in locations for p in _candidates(Path(loc), part) if p.is_file()), None)
         if path is None:
-            raise TaskRegistrationError(f"module {module!r} is not installed (no {part!r} in {locations})")
+            raise TaskRegistrationError(f"module {module!r} cannot be found (no {part!r} in {locations})")
         locations = [str(path.parent)] if path.name == "__init__.py" else []
     if path is None:
         raise TaskRegistrationError(f"module {module!r} has no source file")
