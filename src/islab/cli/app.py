@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 from typing import Any, NoReturn
@@ -33,9 +34,12 @@ from islab.plan import plan as planner
 from islab.plan.dry_run import format_json, format_text
 from islab.plan.launch_issues import launch_issues
 from islab.plan.launch_plan import LaunchPlan
+from islab.plan.nccl import with_nccl_settings
+from islab.plan.preflight import DEFAULT_PREFLIGHT_TIMEOUT_S, probe_plan, wants_preflight
 from islab.plan.torchrun import with_c10d_node_facts
 from islab.resolve.allocations import active_allocations
 from islab.resolve.resolve import Provided, ResolvedSpec, Source, resolve_spec
+from islab.run.preflight import PreflightOutcome, run_preflight
 from islab.run.supervise import ConsoleOptions, run_plan
 from islab.rundir import rank_log, write_launch_record
 from islab.spec.addresses import split_host_port
@@ -110,7 +114,7 @@ def train(ctx: typer.Context, **options: Any) -> None:
     if options["json_output"] and not options["dry_run"]:
         fail(SpecError(Issue("--json", "only works together with --dry-run", "Add --dry-run")))
     _plan_and_go(resolved, dry_run=options["dry_run"], json_output=options["json_output"],
-                 all_ranks=options["all_ranks"])  # fmt: skip
+                 all_ranks=options["all_ranks"], checks=preflight_options(options))  # fmt: skip
 
 
 train.__signature__ = signature(train=True)  # type: ignore[attr-defined]
@@ -231,13 +235,51 @@ def fail(exc: SpecError, code: int = 2) -> NoReturn:
 # ----------------------------------------------------------------------------------------------
 
 
-def _plan_and_go(resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, all_ranks: bool = False) -> None:
-    spec = resolved.spec
+@dataclass(frozen=True)
+class PreflightOptions:
+    """--preflight, --preflight-timeout, --nccl-safe."""
+
+    mode: str = "on"
+    timeout_s: int = DEFAULT_PREFLIGHT_TIMEOUT_S
+    nccl_safe: bool = False
+
+
+def preflight_options(options: dict[str, Any]) -> PreflightOptions:
+    mode = options.get("preflight")
+    timeout = options.get("preflight_timeout")
+    if timeout is not None and timeout <= 0:
+        fail(SpecError(Issue("--preflight-timeout", f"must be a positive number of seconds, got {timeout}",
+                             "Give e.g. --preflight-timeout 60, or --preflight off to skip the check")))  # fmt: skip
+    return PreflightOptions(
+        mode=mode.value if isinstance(mode, Enum) else (mode or "on"),
+        timeout_s=timeout or DEFAULT_PREFLIGHT_TIMEOUT_S,
+        nccl_safe=bool(options.get("nccl_safe")),
+    )
+
+
+def plan_for(resolved: ResolvedSpec, checks: PreflightOptions) -> LaunchPlan:
+    """The spec's plan, with the NCCL settings the launch adds (flight recorder, --nccl-safe), or exit 2."""
     try:
-        plan = planner.build_plan(spec, now=datetime.now(), free_port=find_free_port(),
+        plan = planner.build_plan(resolved.spec, now=datetime.now(), free_port=find_free_port(),
                                   slurm_job_id=slurm_job_of(resolved))  # fmt: skip
     except SpecError as exc:
         fail(exc)
+    return with_nccl_settings(plan, resolved.spec, safe=checks.nccl_safe, inherited=os.environ)
+
+
+def run_collective_check(spec: RunSpec, plan: LaunchPlan, node_rank: int, timeout_s: int) -> PreflightOutcome:
+    """This node's part of the pre-flight probe; its line or message goes to stderr."""
+    outcome = run_preflight(probe_plan(plan, spec, timeout_s), node_rank, timeout_s)
+    print(outcome.message, file=sys.stderr, flush=True)
+    return outcome
+
+
+def _plan_and_go(
+    resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, all_ranks: bool = False,
+    checks: PreflightOptions = PreflightOptions(),
+) -> None:  # fmt: skip
+    spec = resolved.spec
+    plan = plan_for(resolved, checks)
 
     # The ranks get the spec's env on top of ours: count the GPUs they will see.
     visible_gpus = visible_gpu_count({**os.environ, **spec.env}) if spec.device == "cuda" else 0
@@ -255,7 +297,7 @@ def _plan_and_go(resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, al
     if issues:
         fail(SpecError(issues))
     node_rank = spec.node_rank if spec.node_rank is not None else 0
-    hosts_store = _preflight(spec, plan, visible_gpus)
+    hosts_store = _doctor_checks(spec, plan, visible_gpus)
     if spec.rendezvous.backend == "c10d" and spec.nnodes > 1 and plan.rendezvous_address:
         local_addr = local_address_towards(*split_host_port(plan.rendezvous_address))
         plan = with_c10d_node_facts(plan, node_rank, hosts_store=hosts_store, local_addr=local_addr)
@@ -271,6 +313,13 @@ def _plan_and_go(resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, al
         "env": mask_env(plan.node(node_rank).env),
     }
     write_launch_record(plan.run_dir, record)
+    if wants_preflight(spec, checks.mode):
+        outcome = run_collective_check(spec, plan, node_rank, checks.timeout_s)
+        if not outcome.ok or checks.mode == "only":
+            raise typer.Exit(outcome.status)
+    elif checks.mode == "only":
+        print("islab-train: --preflight only: a single rank has no collectives to check", file=sys.stderr)
+        raise typer.Exit(0)
     where = f"node {spec.node_rank}" if spec.node_rank is not None else "this node"
     run_dir = os.path.abspath(plan.run_dir)  # printed paths work from wherever the user stands
     print(f"islab-train: starting {plan.launcher} on {where}; run directory: {run_dir}", file=sys.stderr)
@@ -294,7 +343,7 @@ def _plan_and_go(resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, al
     raise typer.Exit(run_plan(plan, node_rank, console=console))
 
 
-def _preflight(spec: RunSpec, plan: LaunchPlan, visible_gpus: int) -> bool:
+def _doctor_checks(spec: RunSpec, plan: LaunchPlan, visible_gpus: int) -> bool:
     """The cheap doctor checks before a real launch: errors stop it (exit 2), warnings print.
     Returns whether this node owns the c10d endpoint's address (it must host the store)."""
     facts = doctor_facts.gather_facts(spec, plan, full=False, visible_gpus=visible_gpus)
