@@ -197,3 +197,15 @@ def test_docs_nccl_md_renders_every_known_failure_and_the_safe_settings():
         assert f"`{name}={value}`" in text
     for name in flight_recorder_env("RUN"):
         assert f"`{name}`" in text
+
+
+def test_another_node_that_cannot_reach_node_0_says_whether_packets_are_dropped():
+    base = {"node_rank": 1, "nnodes": 2, "nproc_per_node": 2, "rank_logs": {2: [], 3: []}, "timeout_s": 15,
+            "rendezvous": "10.0.0.1:29500"}  # fmt: skip
+    (dropped,), _ = verdict(Evidence(**base, rendezvous_reach="no answer within 1.5 s"))
+    assert dropped["what"].startswith("master port: node 1 cannot reach node 0's rendezvous at 10.0.0.1:29500")
+    assert "firewall" in dropped["what"] and "--dport 29500" in dropped["fix"] and dropped["ranks"] == [0, 1]
+    (refused,), _ = verdict(Evidence(**base, rendezvous_reach="Connection refused"))
+    assert "is not accepting connections" in refused["what"] and "--node-rank 0" in refused["fix"]
+    (absent,), _ = verdict(Evidence(**base))
+    assert "node 0 (ranks 0, 1) never arrived" in absent["what"]

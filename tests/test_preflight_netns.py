@@ -9,6 +9,7 @@ Needs root, ``ip`` and ``iptables``; skipped without them, except under CI=true 
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -101,3 +102,53 @@ def test_a_firewalled_master_port_is_named_as_such(tmp_path, nodes):
     assert "master port" in errs[1] and f"{node0.address}" in errs[1] and "firewall" in errs[1], errs[1][-3000:]
     for err in errs:
         assert preflight_seconds(err) <= PREFLIGHT_TIMEOUT_S + KILL_AFTER_S
+
+
+# -- one node: an interface that exists but carries no address (the doctor's name check passes it) -------
+
+NO_ADDRESS = "noaddr0"
+
+
+def _one_node_with_an_addressless_interface(node: Node) -> None:
+    # a veth pair inside the namespace (no dummy module on every kernel), up, with no address
+    pair = ["ip", "link", "add", NO_ADDRESS, "type", "veth", "peer", "name", "noaddr1"]
+    for argv in (pair, ["ip", "link", "set", NO_ADDRESS, "up"], ["ip", "link", "set", "noaddr1", "up"]):
+        subprocess.run(node.command(argv), check=True, capture_output=True, timeout=30)
+
+
+def _single_node(tmp_path, node: Node, *extra: str) -> subprocess.CompletedProcess[str]:
+    import os
+    import sys
+
+    env = {name: value for name, value in os.environ.items() if not name.startswith(("ISLAB_", "SLURM_"))}
+    env |= {"CUDA_VISIBLE_DEVICES": "", "GLOO_SOCKET_IFNAME": NO_ADDRESS}
+    argv = [sys.executable, "-m", "islab.cli", "--device", "cpu", "--nproc", "2", "--num-envs", "16",
+            "--max-iterations", "1", "--log-dir", str(tmp_path / "logs"), *extra]  # fmt: skip
+    return subprocess.run(node.command(argv), capture_output=True, text=True, timeout=400, env=env, cwd=tmp_path)
+
+
+def test_a_wrong_gloo_interface_is_named_by_the_preflight_and_nothing_trains(tmp_path, nodes):
+    node0, _ = nodes
+    _one_node_with_an_addressless_interface(node0)
+    result = _single_node(tmp_path, node0, "--preflight-timeout", str(PREFLIGHT_TIMEOUT_S))
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "error: pre-flight failed on node 0" in result.stderr
+    assert f"GLOO_SOCKET_IFNAME={NO_ADDRESS} names no network interface" in result.stderr
+    assert "ip -br addr" in result.stderr and "islab-train: starting" not in result.stderr
+    (run_dir,) = (tmp_path / "logs").glob("*/*/*")
+    assert not (run_dir / "summary.json").exists()
+    report = json.loads((run_dir / "preflight.json").read_text())
+    assert report["ok"] is False and any(NO_ADDRESS in problem["what"] for problem in report["problems"])
+
+
+def test_with_preflight_off_a_training_failure_carries_the_same_triage(tmp_path, nodes):
+    node0, _ = nodes
+    _one_node_with_an_addressless_interface(node0)
+    result = _single_node(tmp_path, node0, "--preflight", "off")
+    assert result.returncode != 0
+    (run_dir,) = (tmp_path / "logs").glob("*/*/*")
+    assert "pre-flight" not in result.stderr and not (run_dir / "preflight.json").exists()
+    assert f"likely cause (gloo interface): GLOO_SOCKET_IFNAME={NO_ADDRESS} names no network interface" in (
+        result.stderr
+    ), result.stderr[-3000:]
+    assert result.stderr.rstrip().splitlines()[-1].startswith("error: ")

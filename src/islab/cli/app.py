@@ -139,7 +139,10 @@ def resolve(ctx: typer.Context, options: dict[str, Any], *, slurm_layer: Any = N
         # The scheduler allocations this process runs in (SLURM under srun or with --slurm), unless
         # the caller plans one itself (sbatch plans the job's allocation before it exists).
         allocations = active_allocations(options, os.environ) if slurm_layer is None else ()
-        return resolve_spec(cli_layer, env_layer, options.get("cluster"), slurm=slurm_layer, allocations=allocations)
+        # With the pre-flight on, the nodes compare what they must share before training (field by field).
+        compared = preflight_options(options).mode != "off"
+        return resolve_spec(cli_layer, env_layer, options.get("cluster"), slurm=slurm_layer, allocations=allocations,
+                            nodes_compared=compared)  # fmt: skip
     except SpecError as exc:
         fail(exc)
 

@@ -43,6 +43,9 @@ class Evidence:
     timeout_s: int = 60
     rendezvous: str | None = None
     report: Mapping[str, Any] | None = None  # preflight.json of this probe, when rank 0 wrote one
+    # Another node than 0, after its ranks never started: what a TCP connect to the rendezvous got
+    # ("open", "Connection refused", "no answer within 1.5 s", ...): islab.doctor.probes.connect_state.
+    rendezvous_reach: str | None = None
 
     def ranks_of(self, node: int) -> list[int]:
         return list(range(node * self.nproc_per_node, (node + 1) * self.nproc_per_node))
@@ -71,12 +74,40 @@ def absent_nodes(evidence: Evidence) -> list[int]:
     return others
 
 
+def _unreachable_rendezvous(evidence: Evidence) -> dict[str, Any] | None:
+    """On a node other than 0: why it could not join, from a TCP connect to the rendezvous."""
+    reach, where = evidence.rendezvous_reach, evidence.rendezvous
+    if evidence.node_rank == 0 or not reach or not where or reach == "open":
+        return None
+    ranks = evidence.ranks_of(0)
+    port = where.rpartition(":")[2]
+    if reach.startswith("no answer"):
+        return _problem(
+            f"master port: node {evidence.node_rank} cannot reach node 0's rendezvous at {where}: a connection got "
+            f"{reach} -- packets to the port are dropped (a firewall on node 0 or between the nodes), or the "
+            "address is not node 0's",
+            ranks,
+            f"Open port {port} on node 0 (iptables -L -n / ufw status; e.g. iptables -I INPUT -p tcp --dport {port} "
+            "-j ACCEPT) and check that the master address is node 0's address as seen from this node",
+        )  # fmt: skip
+    return _problem(
+        f"node 0 ({_ranks(ranks)}) is not accepting connections at {where} ({reach}): it is not running, "
+        f"already gave up, or listens elsewhere",
+        ranks,
+        "Start node 0 with the same options and --node-rank 0 (within the pre-flight timeout of this node), "
+        "and check the master address and port",
+    )  # fmt: skip
+
+
 def verdict(evidence: Evidence) -> tuple[list[dict[str, Any]], list[str]]:
     """(problems for preflight.json, the message's lines) of a failed pre-flight."""
     problems: list[dict[str, Any]] = list((evidence.report or {}).get("problems") or [])
     where = evidence.rendezvous or "the rendezvous"
     absent = absent_nodes(evidence)
-    if absent:
+    unreachable = _unreachable_rendezvous(evidence) if absent else None
+    if unreachable is not None:
+        problems.append(unreachable)
+    elif absent:
         ranks = [rank for node in absent for rank in evidence.ranks_of(node)]
         nodes = ", ".join(map(str, absent))
         problems.append(_problem(

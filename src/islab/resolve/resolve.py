@@ -43,6 +43,7 @@ def resolve_spec(
     slurm: LayerBuilder | None = None,
     *,
     allocations: Sequence[AllocationSource] = (),
+    nodes_compared: bool = False,
 ) -> ResolvedSpec:
     """Merge command line > scheduler allocation > environment > cluster file > defaults, then
     validate once.
@@ -52,8 +53,10 @@ def resolve_spec(
     allocation's layer (nodes, node rank, rendezvous) from the values the other layers chose --
     where the rendezvous goes depends on the launcher and backend (see :mod:`islab.resolve.slurm`);
     ``allocations``: any scheduler's, the same way (:func:`islab.resolve.allocations.active_allocations`).
+    ``nodes_compared``: the pre-flight will compare the shared fields across nodes, so one node's
+    command line may set them (otherwise they must come from the cluster file).
     Raises :class:`SpecError` with human messages.
     """
     allocated = (*([AllocationSource(Source.SLURM, slurm)] if slurm is not None else []), *allocations)
-    inputs = Inputs(Layer(Source.CLI, cli or {}), Layer(Source.ENV, env or {}), cluster_file, allocated)
+    inputs = Inputs(Layer(Source.CLI, cli or {}), Layer(Source.ENV, env or {}), cluster_file, allocated, nodes_compared)
     return resolve(inputs)

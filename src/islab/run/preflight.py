@@ -7,8 +7,8 @@ up exactly like it. What differs:
 
 * nothing of the probe reaches the console; every rank's output (NCCL_DEBUG=INFO included) goes to
   ``<run_dir>/preflight/rank_<R>.log``;
-* a wall-clock limit of the pre-flight timeout + :data:`~islab.plan.preflight.KILL_AFTER_S`:
-  then every probe process is stopped (SIGTERM, SIGKILL shortly after);
+* a wall-clock limit: every probe process is gone by the pre-flight timeout +
+  :data:`~islab.plan.preflight.KILL_AFTER_S` (SIGTERM a little before, then SIGKILL);
 * the outcome is one line when healthy (:func:`islab.preflight.report.summary_line`), else one
   message (:func:`islab.preflight.verdict.verdict`), and ``preflight.json`` with ``ok: false``.
 """
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from islab.doctor.probes import connect_state
 from islab.plan.launch_plan import LaunchPlan
 from islab.plan.preflight import KILL_AFTER_S
 from islab.plan.torchrun import nproc_of
@@ -34,7 +35,9 @@ from islab.run.failures import last_exception_line
 from islab.run.processes import watch
 from islab.run.supervise import NODE_RUNNERS
 from islab.rundir import preflight_path, preflight_rank_log, read_preflight
+from islab.spec.addresses import split_host_port
 
+REACH_TIMEOUT_S = 1.5  # a TCP connect to node 0's rendezvous, after this node's ranks never started
 STOP_GRACE_S = 2.0  # SIGTERM -> SIGKILL for probe processes: they hold no state worth a longer wait
 
 
@@ -89,7 +92,9 @@ def run_preflight(plan: LaunchPlan, node_rank: int, timeout_s: int) -> Preflight
         runner.observe(rank, line)
 
     started_wall, started = time.time(), time.monotonic()
-    limit = started + timeout_s + KILL_AFTER_S
+    # Stopping starts early enough that SIGTERM, the grace, SIGKILL and (on another node than 0) one
+    # connect to the rendezvous are over by timeout + KILL_AFTER_S.
+    limit = started + timeout_s + KILL_AFTER_S - STOP_GRACE_S - REACH_TIMEOUT_S - 1
     sink = io.StringIO()
     try:
         outcome = watch(
@@ -107,16 +112,25 @@ def run_preflight(plan: LaunchPlan, node_rank: int, timeout_s: int) -> Preflight
         return PreflightOutcome(128 + outcome.received, report, f"islab-train: stopped by {name} during the pre-flight",
                                 seconds)  # fmt: skip
     if all(status == 0 for status in outcome.statuses) and (report is None or report.get("ok")):
-        line = summary_line(report) if report else f"pre-flight: node {node_rank} passed ({seconds:.1f} s)"
+        # The line's seconds are what the launch waited (processes started and stopped), not the probe's own.
+        line = (
+            summary_line({**report, "seconds": seconds})
+            if report
+            else f"pre-flight: node {node_rank} passed ({seconds:.1f} s)"
+        )
         return PreflightOutcome(0, report, line, seconds)
     mine = range(first_rank, first_rank + nproc)
     rank_logs = {rank: _read_lines(preflight_rank_log(plan.run_dir, rank)) for rank in mine}
     exceptions = {rank: text for rank, lines in rank_logs.items() if (text := last_exception_line(lines))}
     launcher_lines = [line for tail in outcome.tails for line in tail]
+    reach = None
+    if node_rank != 0 and plan.rendezvous_address and not any(rank_logs.values()):
+        # this node's ranks never started: can it reach node 0's rendezvous at all? (1.5 s at most)
+        reach = connect_state(*split_host_port(plan.rendezvous_address), timeout_s=REACH_TIMEOUT_S)
     evidence = Evidence(
         node_rank=node_rank, nnodes=plan.nnodes, nproc_per_node=nproc, rank_logs=rank_logs,
         launcher_lines=launcher_lines, exceptions=exceptions, killed_at_limit=outcome.overdue, seconds=seconds,
-        timeout_s=timeout_s, rendezvous=plan.rendezvous_address, report=report,
+        timeout_s=timeout_s, rendezvous=plan.rendezvous_address, report=report, rendezvous_reach=reach,
     )  # fmt: skip
     problems, lines = verdict(evidence)
     failed = {
