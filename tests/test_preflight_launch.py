@@ -71,6 +71,13 @@ def test_only_jobs_of_several_ranks_are_checked_and_off_skips():
     assert wants_preflight(RunSpec(device="cpu", nproc_per_node=2), "on")
     assert not wants_preflight(RunSpec(device="cpu", nproc_per_node=2), "off")
     assert not wants_preflight(RunSpec(device="cpu", nproc_per_node=1), "on")
+    elastic = RunSpec(device="cpu", nproc_per_node=2, nnodes="1:2", rendezvous={"backend": "c10d", "endpoint": "h:1"})
+    assert not wants_preflight(elastic, "on")  # its nodes may arrive minutes apart
+    spec, plan = _plan(device="cpu", nproc_per_node=2, nnodes=2, node_rank=0,
+                       rendezvous={"backend": "c10d", "endpoint": "10.0.0.1:29400", "id": "job7"})  # fmt: skip
+    argv = probe_plan(plan, spec, 9).node(0).argv
+    assert argv[argv.index("--rdzv_id") + 1] == "job7-preflight"
+    assert argv[argv.index("--rdzv_conf") + 1] == "join_timeout=9"
 
 
 def test_nccl_safe_and_the_flight_recorder_leave_the_users_values():

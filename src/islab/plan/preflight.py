@@ -9,7 +9,8 @@ rendezvous, environment, devices and world size, node by node -- and replaces on
   --timeout S`` instead of ``-m islab.worker ...`` or the user's entry point;
 * torchrun's rendezvous wait (``--rdzv_conf timeout=`` / ``join_timeout=``) and restarts: the
   pre-flight timeout and none, so a node that never comes is named in seconds, not after the
-  training's rendezvous timeout;
+  training's rendezvous timeout; a c10d rendezvous id gets ``-preflight`` (same endpoint, a
+  rendezvous of its own);
 * the environment gains ``NCCL_DEBUG=INFO`` (``INIT,NET``: the interface and transport NCCL chose,
   its warnings) and ``ISLAB_PREFLIGHT_FIELDS``, the JSON of the fields every node must agree on
   (:func:`islab.plan.plan.shared_values`), which the probe compares across nodes.
@@ -36,13 +37,17 @@ DEFAULT_PREFLIGHT_TIMEOUT_S = 60
 # The probe's hard wall-clock limit is its timeout plus this: every probe process is killed then.
 KILL_AFTER_S = 5
 MODES = ("on", "off", "only")
+RDZV_ID_SUFFIX = "-preflight"
 NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
 _RDZV_WAIT = re.compile(r"\b(join_timeout|timeout)=\d+")
 
 
 def wants_preflight(spec: RunSpec, mode: str) -> bool:
-    """A job of more than one rank is checked first, unless ``--preflight off``."""
-    return mode != "off" and spec.nnodes * spec.nproc_per_node > 1
+    """A job of more than one rank is checked first, unless ``--preflight off``. Not an elastic one
+    (``--nnodes MIN:MAX``): its nodes may arrive minutes apart and join a job already training, so
+    there is no moment when every node could take part in one probe."""
+    elastic = spec.min_nnodes is not None and spec.min_nnodes < spec.nnodes
+    return mode != "off" and spec.nnodes * spec.nproc_per_node > 1 and not elastic
 
 
 def probe_program(spec: RunSpec, run_dir: str, timeout_s: int) -> tuple[str, ...]:
@@ -69,6 +74,8 @@ def _bounded_torchrun(argv: Sequence[str], timeout_s: int) -> tuple[str, ...]:
             argv[index + 1] = _RDZV_WAIT.sub(lambda m: f"{m.group(1)}={timeout_s}", argv[index + 1])
         elif item == "--max_restarts":
             argv[index + 1] = "0"
+        elif item == "--rdzv_id":  # a rendezvous of its own: a late probe agent never meets the job's
+            argv[index + 1] = f"{argv[index + 1]}{RDZV_ID_SUFFIX}"
     return tuple(argv)
 
 
