@@ -216,3 +216,16 @@ def test_another_node_that_cannot_reach_node_0_says_whether_packets_are_dropped(
     assert "is not accepting connections" in refused["what"] and "--node-rank 0" in refused["fix"]
     (absent,), _ = verdict(Evidence(**base))
     assert "node 0 (ranks 0, 1) never arrived" in absent["what"]
+
+
+def test_every_probe_process_is_stopped_at_the_hard_limit(tmp_path):
+    """Whatever the launcher does, the pre-flight ends by its timeout + KILL_AFTER_S (a node's
+    launcher stuck past its own rendezvous bound, say)."""
+    from islab.plan.launch_plan import LaunchPlan, NodePlan
+    from islab.run.preflight import run_preflight
+
+    stuck = NodePlan(0, (sys.executable, "-c", "import time; time.sleep(60)"), {})
+    plan = LaunchPlan(launcher="torchrun", run_dir=str(tmp_path), nodes=(stuck,))
+    outcome = run_preflight(plan, 0, timeout_s=2)
+    assert outcome.status == 1 and outcome.seconds <= 2 + KILL_AFTER_S, outcome
+    assert "no rank of node 0 started within 2 s" in outcome.message

@@ -134,6 +134,11 @@ def verdict(evidence: Evidence) -> tuple[list[dict[str, Any]], list[str]]:
         ))  # fmt: skip
     for finding in findings:
         problems.append(finding.to_dict(silent or started or mine))
+    if not started and not absent and evidence.killed_at_limit:
+        problems.append(_problem(
+            f"no rank of node {evidence.node_rank} started within {evidence.timeout_s} s (the launcher was stopped)",
+            mine, "Read the launcher's output in the probe logs; check that the ranks' interpreter (--python) starts",
+        ))  # fmt: skip
     if not problems:
         problems.append(_problem(
             f"the probe ended without a verdict on node {evidence.node_rank}", mine,
