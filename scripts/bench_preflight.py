@@ -60,11 +60,11 @@ def one_node(repeats: int, work: Path) -> tuple[list[float], list[float]]:
     return checks, walls
 
 
-def _cluster(work: Path, address: str, interface: str) -> Path:
+def _cluster(work: Path, address: str, interface: str, port: int = 29555) -> Path:
     spec = {"lib": "rsl_rl", "device": "cpu", "nnodes": 2, "nproc_per_node": 2,
-            "rendezvous": {"master_addr": address, "master_port": 29555, "timeout_s": 120},
+            "rendezvous": {"master_addr": address, "master_port": port, "timeout_s": 120},
             "run_name": "bench", "env": {"GLOO_SOCKET_IFNAME": interface}}  # fmt: skip
-    path = work / "two-node.yaml"
+    path = work / f"two-node-{port}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
 
@@ -102,7 +102,19 @@ def two_nodes(repeats: int, work: Path, timeout_s: int) -> tuple[list[float], li
                     f"two nodes: {[p.returncode for p in processes]}\n{errs[0][-2000:]}\n{errs[1][-2000:]}"
                 )
             checks.append(float(found.group(1)))
-            wall, result = _timed(node0.command(argv(0, "--preflight-timeout", str(timeout_s))), work)
+            # another port: the one just used may still be in TIME_WAIT for the doctor's bind check
+            alone = [
+                *ISLAB_TRAIN,
+                "--cluster",
+                str(_cluster(work, node0.address, node0.interface, 29556)),
+                "--node-rank",
+                "0",
+                "--log-dir",
+                str(work / f"alone{index}"),
+                "--preflight-timeout",
+                str(timeout_s),
+            ]
+            wall, result = _timed(node0.command(alone), work)
             found = FAILED.search(result.stderr)
             if result.returncode != 1 or not found or "node 1" not in result.stderr:
                 raise SystemExit(f"missing node: exit {result.returncode}\n{result.stderr[-2000:]}")
