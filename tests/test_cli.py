@@ -314,8 +314,9 @@ exit 3
     fake_python.chmod(fake_python.stat().st_mode | stat.S_IEXEC)
     cluster = tmp_path / "c.yaml"
     cluster.write_text("env: {MY_TOKEN: s3cr3t}\n")
+    # --preflight off: the stand-in cannot run the probe (the pre-flight's own tests: test_preflight_launch.py)
     code, _, err = islab("--cluster", str(cluster), "--device", "cpu", "--nproc", "2", "--python", str(fake_python),
-                           "--log-dir", str(tmp_path / "logs"), "--run-name", "t1")  # fmt: skip
+                           "--log-dir", str(tmp_path / "logs"), "--run-name", "t1", "--preflight", "off")  # fmt: skip
     assert code == 3
     assert "torchrun exit code 3" in err
     lines = record.read_text().splitlines()
