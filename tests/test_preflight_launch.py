@@ -163,6 +163,16 @@ def test_preflight_off_skips_it_and_only_checks_without_training(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.needs("jax")
+def test_a_skrl_jax_job_is_checked_with_its_own_ranks(tmp_path):
+    """skrl-JAX: islab-train starts the JAX ranks itself; the probe joins jax.distributed and sums."""
+    result = _launch(tmp_path, "--lib", "skrl", "--ml-framework", "jax", "--preflight", "only")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "pre-flight: 2 ranks on 1 node(s), all_reduce 4 B" in result.stderr
+    assert preflight_rank_log(_run_dir(tmp_path), 1).is_file()
+
+
+@pytest.mark.slow
 def test_doctor_collectives_prints_the_documented_report(tmp_path):
     result = _launch(tmp_path, "--collectives", "--json", command=("doctor",))
     assert result.returncode == 0, result.stderr[-3000:]
