@@ -152,3 +152,17 @@ def test_with_preflight_off_a_training_failure_carries_the_same_triage(tmp_path,
         result.stderr
     ), result.stderr[-3000:]
     assert result.stderr.rstrip().splitlines()[-1].startswith("error: ")
+
+
+def test_nodes_started_with_different_options_are_named_field_by_field(tmp_path, nodes):
+    """Shared fields may come from each node's command line while the pre-flight compares them."""
+    node0, node1 = nodes
+    spec = cluster_file(tmp_path, node0, "static", max_iterations=2)
+    extra = ("--preflight-timeout", str(PREFLIGHT_TIMEOUT_S))
+    processes = [start(tmp_path, node0, 0, spec, "--seed", "1", *extra),
+                 start(tmp_path, node1, 1, spec, "--seed", "2", *extra)]  # fmt: skip
+    codes = wait_all(processes, PREFLIGHT_TIMEOUT_S + KILL_AFTER_S + STARTUP_SLACK_S)
+    err = stderr_of(tmp_path, 0)
+    assert codes == [1, 1], f"{codes}\n{err[-3000:]}"
+    assert re.search(r"seed is 2 on \S+ \(rank 2\) but 1 on \S+ \(rank 0\)", err), err[-3000:]
+    assert "islab-train: starting" not in err
