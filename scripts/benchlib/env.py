@@ -40,12 +40,15 @@ def env_child(config: dict[str, Any]) -> dict[str, Any]:
     except ImportError:
         blas = [{"note": "threadpoolctl not installed; BLAS kernel not recorded"}]
 
-    from islab.envs import load_entry_point
-    from islab.tasks import import_task
+    from islab.envs import load_entry_point, make_env
 
     task, device, sizes = config["task"], config["device"], config["sizes"]
     runs, target = config["runs"], config["target_env_steps"]
-    info = import_task(task)  # registers it with gymnasium, as a rank does
+    # The task's action size, from the env itself (a registration need not spell it out); building it
+    # also registers the task with gymnasium, as a rank does.
+    sizing_env = make_env(task, 1, device, seed=0)
+    action_size = int(sizing_env.single_action_space.shape[0])
+    sizing_env.close()
     spec = gymnasium.spec(task)
     cfg_class = load_entry_point(spec.kwargs["env_cfg_entry_point"])
     env_class = load_entry_point(str(spec.entry_point))
@@ -58,7 +61,7 @@ def env_child(config: dict[str, Any]) -> dict[str, Any]:
     steppers: dict[tuple[str, int], Callable[[int], None]] = {}
     compile_s: dict[int, float] = {}
     for size in sizes:
-        bank = torch.rand(8, size, info.action_size, device=device) * 2 - 1
+        bank = torch.rand(8, size, action_size, device=device) * 2 - 1
         for variant in list(variants):
             if variant == "gymnasium":
                 vec = gymnasium.make_vec("CartPole-v1", num_envs=size, vectorization_mode="vector_entry_point")
