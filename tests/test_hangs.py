@@ -155,7 +155,7 @@ def test_hang_timeout_default_scales_with_the_rendezvous_timeout(islab, clean_en
         assert code == 0, err
         return re.search(r"hang_timeout_s\s+= (.*)", out).group(1)
 
-    assert shown() == "600  (source: default, chosen by the planner)"  # max(2 x 300, 600)
+    assert shown() == "1800  (source: default, chosen by the planner)"  # max(2 x torchrun static 900, 600)
     assert shown("--rdzv-timeout", "400").startswith("800  ")
     assert shown("--hang-timeout", "30").startswith("30  (source: cli")
     monkeypatch.setenv("ISLAB_HANG_TIMEOUT", "0")
