@@ -87,7 +87,7 @@ def test_policy_state_includes_observation_normalizer(tmp_path: Path) -> None:
 def _logger(num_envs: int) -> Any:
     from rsl_rl.utils.logger import Logger
 
-    logger = Logger(None, {"algorithm": {}}, {}, num_envs, False, 1, 0, "cpu")
+    logger = Logger(None, {"algorithm": {"rnd_cfg": None}}, {}, num_envs, False, 1, 0, "cpu")  # 5.4.2 indexes rnd_cfg
     logger.writer = object()  # the logging rank (any writer: only checked for None per step)
     return logger
 
