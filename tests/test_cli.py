@@ -206,7 +206,10 @@ def test_help_is_grouped_with_examples(islab):
         (["--gpus", "2", "--nproc", "2"], ["--gpus", "Give only one"]),
         (["novalue"], ["is not key=value"]),
         (["doctr"], ["command 'doctr'", "did you mean 'doctor'?"]),
-        (["--task-module", "no_such_tasks_mod"], ["task_module", "not installed and not in the working directory"]),  # a typo of a subcommand, not an override
+        (
+            ["--task-module", "no_such_tasks_mod"],
+            ["task_module", "not installed and not in the working directory"],
+        ),  # a typo of a subcommand, not an override
         (["plya", "logs/x"], ["did you mean 'play'?"]),
         (["--json"], ["--json", "--dry-run"]),
         (["--cluster", "/does/not/exist.yaml"], ["does not exist"]),

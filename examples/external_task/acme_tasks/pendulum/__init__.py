@@ -2,8 +2,9 @@
 
 Registered exactly as Isaac Lab registers its tasks: ordinary Python. islab-train's launcher
 never imports it (no torch in the launcher); it reads the registration in a child process when it
-needs the sizes or agent configs, and caches them until a file here changes. Importing this module imports gymnasium only: the env
-module (and torch) is loaded when a rank builds the env from ``entry_point``.
+needs the sizes or agent configs, and caches them until a file here changes. Importing this module
+imports gymnasium only: the env module (and torch) is loaded when a rank builds the env from
+``entry_point``.
 """
 
 import gymnasium as gym
