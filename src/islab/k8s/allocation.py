@@ -48,7 +48,7 @@ from typing import Any
 
 from islab.k8s.names import FORMAT_VARIABLE, FORMATS, JOB_VARIABLE, MASTER_VARIABLE, NNODES_VARIABLE, RENDEZVOUS_PORT
 from islab.resolve.layers import Provided
-from islab.resolve.slurm import _launcher as launcher_chosen
+from islab.resolve.slurm import launcher_chosen
 from islab.spec.addresses import join_host_port, split_host_port
 from islab.spec.issues import Issue, SpecError
 

@@ -113,7 +113,7 @@ class Allocation:
             "node_rank": Provided(self.node_rank, "SLURM_NODEID"),
         }
         address = join_host_port(self.master_host, self.port)
-        if _launcher(chosen) == "skrl-jax":
+        if launcher_chosen(chosen) == "skrl-jax":
             layer["coordinator_address"] = Provided(address, f"{host_origin} and {port_origin}")
         elif chosen.get("rendezvous.backend") == "c10d":
             layer["rendezvous.endpoint"] = Provided(address, f"{host_origin} and {port_origin}")
@@ -125,7 +125,7 @@ class Allocation:
         return layer
 
 
-def _launcher(chosen: Mapping[str, Any]) -> str | None:
+def launcher_chosen(chosen: Mapping[str, Any]) -> str | None:
     """The launcher the other layers chose; a framework only one library has names it even when
     the library was left out (the spec then says what is wrong with the pair)."""
     framework = str(chosen.get("ml_framework", RunSpec.model_fields["ml_framework"].default))
