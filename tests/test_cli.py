@@ -324,8 +324,9 @@ exit 3
     fake_python.chmod(fake_python.stat().st_mode | stat.S_IEXEC)
     cluster = tmp_path / "c.yaml"
     cluster.write_text("env: {MY_TOKEN: s3cr3t}\n")
+    # --preflight off: the stand-in cannot run the probe (the pre-flight's own tests: test_preflight_launch.py)
     code, _, err = islab("--cluster", str(cluster), "--device", "cpu", "--nproc", "2", "--python", str(fake_python),
-                           "--log-dir", str(tmp_path / "logs"), "--run-name", "t1")  # fmt: skip
+                           "--log-dir", str(tmp_path / "logs"), "--run-name", "t1", "--preflight", "off")  # fmt: skip
     assert code == 3
     assert "torchrun exit code 3" in err
     lines = record.read_text().splitlines()
@@ -471,14 +472,15 @@ def test_per_node_options_must_agree_with_the_shared_cluster_file(islab, tmp_pat
     changes the shared file; torchrun's --nproc-per-node may differ per node (its rendezvous sums
     the world size), skrl-JAX's may not (JAX_WORLD_SIZE = nnodes x nproc on every rank)."""
     shared = str(REPO / "configs" / "cluster" / "two-node-static.yaml")
-    code, out, err = islab("--cluster", shared, "--node-rank", "1", "--master-port", "29600", "--dry-run")
+    off = ("--preflight", "off")  # with the pre-flight on, the nodes compare these before training (below)
+    code, out, err = islab("--cluster", shared, "--node-rank", "1", "--master-port", "29600", "--dry-run", *off)
     assert code == 2 and out == "" and err.startswith("error: rendezvous.master_port") and "two-node-static" in err
     code, _, err = islab("--cluster", shared, "--node-rank", "1", "--gpus", "4", "--dry-run")
     assert code == 0, err
     jax = tmp_path / "jax.yaml"
     jax.write_text(yaml.safe_dump({"lib": "skrl", "ml_framework": "jax", "device": "cpu", "nnodes": 2,
                                    "nproc_per_node": 2, "coordinator_address": "10.0.0.1:5000"}))  # fmt: skip
-    code, out, err = islab("--cluster", str(jax), "--node-rank", "1", "--nproc", "4", "--dry-run")
+    code, out, err = islab("--cluster", str(jax), "--node-rank", "1", "--nproc", "4", "--dry-run", *off)
     assert code == 2 and err.startswith("error: nproc_per_node (--nproc)"), err
     assert islab("--cluster", str(jax), "--node-rank", "1", "--dry-run")[0] == 0
 
@@ -568,7 +570,8 @@ def test_a_node_may_not_disagree_on_a_shared_field(islab, clean_environment, tmp
     argv = [{"RUN": str(run), "ISAACLAB": tree}.get(arg, arg) for arg in argv]
     before = [arg for arg in argv if arg != "--" and "--" in argv and argv.index(arg) < argv.index("--")]
     options, after = (before, argv[argv.index("--") :]) if "--" in argv else (argv, [])
-    code, out, err = islab("--cluster", str(shared), "--node-rank", "1", "--dry-run", *options, *after)
+    code, out, err = islab("--cluster", str(shared), "--node-rank", "1", "--dry-run", "--preflight", "off", *options,
+                           *after)  # fmt: skip
     named = _REFUSED_BY.get(field, field)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
     assert err.startswith((f"error: {named}", f"error: shared.yaml: {named}")), err
@@ -576,6 +579,17 @@ def test_a_node_may_not_disagree_on_a_shared_field(islab, clean_environment, tmp
         assert "shared.yaml" in err and "every node" in err, err
     if "task" not in extra:  # (a preset's task id needs the preset) the file alone is a valid job
         assert islab("--cluster", str(shared), "--node-rank", "1", "--dry-run")[0] == 0
+
+
+def test_with_the_preflight_on_a_node_may_give_shared_fields_on_its_command_line(islab, clean_environment):
+    """Issue 22: the pre-flight compares the shared fields across nodes (naming a mismatch field by
+    field before training), so one command line per node -- GR00T's torchrun style -- is accepted."""
+    shared = str(REPO / "configs" / "cluster" / "two-node-static.yaml")
+    for argv in (["--seed", "1"], ["--master-port", "29600"], ["--num-envs", "64", "algorithm.clip_param=0.3"]):
+        code, _, err = islab("--cluster", shared, "--node-rank", "1", "--dry-run", *argv)
+        assert code == 0, (argv, err)
+        code, _, err = islab("--cluster", shared, "--node-rank", "1", "--dry-run", "--preflight", "off", *argv)
+        assert code == 2 and "every node" in err, (argv, err)
 
 
 def _run_dir(islab, *argv: str) -> str:
@@ -607,7 +621,7 @@ def test_a_run_directory_holding_another_run_is_not_trained_into_again(islab, tm
     import time
     from datetime import datetime
 
-    from islab.cli.app import run_dir_taken
+    from islab.cli.launch_checks import run_dir_taken
     from islab.plan.plan import build_plan
     from islab.resolve.resolve import Provided, resolve_spec
     from islab.rundir import latest_checkpoint, write_heartbeat, write_summary

@@ -98,7 +98,16 @@ CASES: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     # refusals are output too: the message names the field and where it came from
     "error-resume-frozen-field": (("--resume", "{run}", "--lib", "skrl"), {}),
     "error-node-disagrees-with-file": (
-        ("--cluster", str(REPO / "configs/cluster/two-node-static.yaml"), "--node-rank", "1", "--seed", "1"),
+        (
+            "--cluster",
+            str(REPO / "configs/cluster/two-node-static.yaml"),
+            "--node-rank",
+            "1",
+            "--seed",
+            "1",
+            "--preflight",
+            "off",
+        ),
         {},
     ),
     "error-env-value": (("--device", "cpu"), {"ISLAB_NUM_ENVS": "-3"}),

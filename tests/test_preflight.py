@@ -105,7 +105,7 @@ def test_nccl_versions_and_node_commands_must_agree_field_by_field():
 
 
 def test_the_summary_line_and_the_json_shape():
-    identities = [_ident(0, "n0"), _ident(1, "n1")]
+    identities = [_ident(0, "n0"), {**_ident(1, "n1"), "local_rank": 0}]
     measured = [{"bytes": 4, "median_us": 31.2, "busbw_gbps": 0.0001, "exact": True},
                 {"bytes": 67108864, "median_us": 3531.0, "busbw_gbps": 38.0, "exact": True}]  # fmt: skip
     built = pf_report.build_report(identities, measured, 2.42, [])
@@ -114,6 +114,10 @@ def test_the_summary_line_and_the_json_shape():
     assert (
         pf_report.summary_line(built) == "pre-flight: 2 ranks on 2 node(s), all_reduce 4 B 31 us, 64 MB 38 GB/s, 2.4 s"
     )
+    # nodes are told apart by their first rank, not their host name (containers, network namespaces)
+    same_host = [_ident(0, "vm"), {**_ident(1, "vm"), "local_rank": 0}]
+    assert pf_report.build_report(same_host, measured, 1.0, [])["nodes"] == 2
+    assert pf_report.build_report([_ident(0, "vm"), _ident(1, "vm")], measured, 1.0, [])["nodes"] == 1
     wrong = pf_report.build_report(identities, [{**measured[0], "exact": False}], 1.0, [])
     assert not wrong["ok"] and "wrong values" in wrong["problems"][0]["what"]
 

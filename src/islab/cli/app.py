@@ -19,18 +19,22 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from enum import Enum
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import typer
 
-from islab.cli.options import BY_NAME, OPTIONS, signature
-from islab.doctor import checks as doctor
-from islab.doctor import facts as doctor_facts
-from islab.doctor import report as doctor_report
+from islab.cli.launch_checks import (
+    PreflightOptions,
+    doctor_checks,
+    preflight_options,
+    run_collective_check,
+    run_dir_taken,
+)
+from islab.cli.options import BY_NAME, OPTIONS, PROG, signature
 from islab.doctor.probes import find_free_port, local_address_towards, visible_gpu_count
 from islab.k8s import allocation as k8s_allocation
 from islab.k8s import dns as k8s_dns
@@ -38,6 +42,8 @@ from islab.plan import plan as planner
 from islab.plan.dry_run import format_json, format_text
 from islab.plan.launch_issues import launch_issues
 from islab.plan.launch_plan import LaunchPlan
+from islab.plan.nccl import with_nccl_settings
+from islab.plan.preflight import wants_preflight
 from islab.plan.torchrun import with_c10d_node_facts
 from islab.resolve.allocations import active_allocations
 from islab.resolve.edge import DryRunEdge
@@ -45,16 +51,11 @@ from islab.resolve.resolve import Provided, ResolvedSpec, Source, resolve_spec
 from islab.run.supervise import ConsoleOptions, run_plan
 from islab.run.wandb_login import wandb_login_issue
 from islab.rundir import (
-    continued_run_dir,
-    latest_checkpoint,
     rank_log,
-    read_heartbeats,
-    summary_path,
     write_launch_record,
 )
 from islab.spec.addresses import split_host_port
 from islab.spec.issues import Issue, SpecError, mask_env
-from islab.spec.run_spec import RunSpec
 
 # The arguments after `--` (None: no `--` was given), set by islab.cli.run before click parses the rest.
 ENTRY_ARGS: list[str] | None = None
@@ -65,7 +66,8 @@ def entry_args() -> list[str] | None:
     return ENTRY_ARGS
 
 
-PROG = "islab-train"
+T = TypeVar("T")
+NO_CHECK_OPTIONS = PreflightOptions()  # the defaults: pre-flight on, 60 s
 GPUS_ALL_ASSUMED = "no CUDA device is visible here, so this plan assumes 1 GPU per node"
 
 # The subcommands beside the training command (islab.cli.commands registers each; --help lists them).
@@ -125,8 +127,9 @@ def train(ctx: typer.Context, **options: Any) -> None:
     resolved = resolve(ctx, options, dry_run_warnings=warnings if options["dry_run"] else None)
     if options["json_output"] and not options["dry_run"]:
         fail(SpecError(Issue("--json", "only works together with --dry-run", "Add --dry-run")))
+    checks = checked(preflight_options, options)
     _plan_and_go(resolved, dry_run=options["dry_run"], json_output=options["json_output"],
-                 all_ranks=options["all_ranks"], warnings=warnings)  # fmt: skip
+                 all_ranks=options["all_ranks"], warnings=warnings, checks=checks)  # fmt: skip
 
 
 train.__signature__ = signature(train=True)  # type: ignore[attr-defined]
@@ -158,9 +161,10 @@ def resolve(
         # the caller plans one itself (sbatch plans the job's allocation before it exists).
         allocations = active_allocations(options, os.environ) if slurm_layer is None else ()
         edge = DryRunEdge() if dry_run else None
-        resolved = resolve_spec(
-            cli_layer, env_layer, options.get("cluster"), slurm=slurm_layer, allocations=allocations, edge=edge
-        )
+        # With the pre-flight on, the nodes compare what they must share before training (field by field).
+        compared = preflight_options(options).mode != "off"
+        resolved = resolve_spec(cli_layer, env_layer, options.get("cluster"), slurm=slurm_layer,
+                                allocations=allocations, edge=edge, nodes_compared=compared)  # fmt: skip
         if edge is not None and dry_run_warnings is not None:
             dry_run_warnings += edge.warnings
         return resolved
@@ -261,6 +265,14 @@ def _apply_gpus(
     layer["nproc_per_node"] = Provided(count, label)
 
 
+def checked(function: Callable[..., T], *args: Any) -> T:
+    """``function(*args)``, or exit 2 with its SpecError's messages."""
+    try:
+        return function(*args)
+    except SpecError as exc:
+        fail(exc)
+
+
 def fail(exc: SpecError, code: int = 2) -> NoReturn:
     for issue in exc.issues:
         print(issue.message(), file=sys.stderr)
@@ -272,16 +284,23 @@ def fail(exc: SpecError, code: int = 2) -> NoReturn:
 # ----------------------------------------------------------------------------------------------
 
 
-def _plan_and_go(
-    resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, all_ranks: bool = False, warnings: Sequence[str] = ()
-) -> None:
-    spec = resolved.spec
+def plan_for(resolved: ResolvedSpec, checks: PreflightOptions) -> LaunchPlan:
+    """The spec's plan, with the NCCL settings the launch adds (flight recorder, --nccl-safe), or exit 2."""
     try:
-        plan = planner.build_plan(spec, now=datetime.now(), free_port=find_free_port(),
+        plan = planner.build_plan(resolved.spec, now=datetime.now(), free_port=find_free_port(),
                                   job_leaf=run_leaf_of(resolved),
                                   to_target=planner.resumes_to_target(resolved))  # fmt: skip
     except SpecError as exc:
         fail(exc)
+    return with_nccl_settings(plan, resolved.spec, safe=checks.nccl_safe, inherited=os.environ)
+
+
+def _plan_and_go(
+    resolved: ResolvedSpec, *, dry_run: bool, json_output: bool, all_ranks: bool = False,
+    warnings: Sequence[str] = (), checks: PreflightOptions = NO_CHECK_OPTIONS,
+) -> None:  # fmt: skip
+    spec = resolved.spec
+    plan = plan_for(resolved, checks)
 
     # The ranks get the spec's env on top of ours: count the GPUs they will see.
     visible_gpus = visible_gpu_count({**os.environ, **spec.env}) if spec.device == "cuda" else 0
@@ -307,7 +326,7 @@ def _plan_and_go(
     node_rank = spec.node_rank if spec.node_rank is not None else 0
     if plan.rendezvous_address and str(run_leaf_of(resolved)).startswith("k8s-"):
         k8s_dns.wait_for_dns(split_host_port(plan.rendezvous_address)[0], plan.rendezvous_timeout_s)
-    hosts_store = _preflight(spec, plan, visible_gpus)
+    hosts_store = doctor_checks(spec, plan, visible_gpus)
     if spec.rendezvous.backend == "c10d" and spec.nnodes > 1 and plan.rendezvous_address:
         local_addr = local_address_towards(*split_host_port(plan.rendezvous_address))
         plan = with_c10d_node_facts(plan, node_rank, hosts_store=hosts_store, local_addr=local_addr)
@@ -323,6 +342,13 @@ def _plan_and_go(
         "env": mask_env(plan.node(node_rank).env),
     }
     write_launch_record(plan.run_dir, record)
+    if wants_preflight(spec, checks.mode):
+        outcome = run_collective_check(spec, plan, node_rank, checks.timeout_s)
+        if not outcome.ok or checks.mode == "only":
+            raise typer.Exit(outcome.status)
+    elif checks.mode == "only":
+        print("islab-train: --preflight only: a single rank has no collectives to check", file=sys.stderr)
+        raise typer.Exit(0)
     where = f"node {spec.node_rank}" if spec.node_rank is not None else "this node"
     run_dir = os.path.abspath(plan.run_dir)  # printed paths work from wherever the user stands
     print(f"islab-train: starting {plan.launcher} on {where}; run directory: {run_dir}", file=sys.stderr)
@@ -344,45 +370,3 @@ def _plan_and_go(
             file=sys.stderr,
         )
     raise typer.Exit(run_plan(plan, node_rank, console=console))
-
-
-def run_dir_taken(spec: RunSpec, plan: LaunchPlan, job_leaf: str | None, *, now: float) -> Issue | None:
-    """A run directory that already holds another run is not trained into again (identical
-    multi-node launches name the same ``spec-<digest>`` directory, and the new run would overwrite
-    the first one's checkpoints). Allowed: ``--resume`` of that directory; a scheduler job's own
-    directory (``slurm-<job id>``, ``k8s-<name>``: a requeue or a restarted pod resumes there by
-    itself); a job that is still running there (a heartbeat younger than the hang or rendezvous
-    timeout and than the run's summary: a node joining an elastic job); a directory with no
-    checkpoint and no summary yet (the nodes of one job start together).
-    torchrun's own restarts happen inside this launch and never come here."""
-    run_dir = plan.run_dir
-    if run_dir == continued_run_dir(spec.resume) or job_leaf is not None:
-        return None
-    if not (latest_checkpoint(run_dir).is_file() or summary_path(run_dir).is_file()):
-        return None
-    window = max(plan.hang_timeout_s, plan.rendezvous_timeout_s)
-    summary = summary_path(run_dir)
-    ended = summary.stat().st_mtime if summary.is_file() else 0.0  # rank 0 writes it last
-    beats = [float(beat.get("time", 0)) for beat in read_heartbeats(run_dir).values()]
-    if any(ended < beat and now - beat < window for beat in beats):
-        return None
-    return Issue(
-        "run directory",
-        f"{run_dir} already holds another run, whose checkpoints this launch would overwrite (identical "
-        "multi-node launches name the same directory)",
-        f"Pass --run-name NAME for a directory of its own, or --resume {run_dir} to continue that run",
-    )
-
-
-def _preflight(spec: RunSpec, plan: LaunchPlan, visible_gpus: int) -> bool:
-    """The cheap doctor checks before a real launch: errors stop it (exit 2), warnings print.
-    Returns whether this node owns the c10d endpoint's address (it must host the store)."""
-    facts = doctor_facts.gather_facts(spec, plan, full=False, visible_gpus=visible_gpus)
-    errors, warnings = doctor_report.launch_messages(doctor.run_checks(facts, before_launch=True))
-    for line in warnings + errors:
-        print(line, file=sys.stderr)
-    if errors:
-        print(f"islab-train: nothing was started; '{PROG} doctor' with the same options checks more.", file=sys.stderr)
-        raise typer.Exit(2)
-    rdzv = facts.rendezvous
-    return bool(rdzv and rdzv.kind == "c10d endpoint" and rdzv.listens)

@@ -9,6 +9,7 @@ definition; their own options are declared here.
 
 from __future__ import annotations
 
+import json
 import sys
 from datetime import datetime
 from enum import Enum
@@ -18,8 +19,9 @@ from typing import Annotated, Any
 import typer
 
 from islab import rundir
-from islab.cli.app import entry_args, fail, resolve, source_of, typer_app
+from islab.cli.app import checked, entry_args, fail, plan_for, resolve, source_of, typer_app
 from islab.cli.k8s_command import K8S_EPILOG, K8S_HELP, k8s_command
+from islab.cli.launch_checks import preflight_options, run_collective_check
 from islab.cli.options import OPTIONS, keyword, signature
 from islab.doctor import checks as doctor
 from islab.doctor import facts as doctor_facts
@@ -28,8 +30,9 @@ from islab.doctor.probes import find_free_port
 from islab.plan import plan as planner
 from islab.plan import sbatch
 from islab.policy import cli_commands as policy_commands
+from islab.preflight.report import public_report
 from islab.resolve import slurm
-from islab.spec.issues import SpecError
+from islab.spec.issues import Issue, SpecError
 
 PANEL_DOCTOR = "Doctor"
 PANEL_SBATCH = "Batch script"
@@ -57,13 +60,35 @@ DOCTOR_EPILOG = """\
   [dim]# CI: machine-readable; exit 0 only when nothing failed[/dim]
   islab-train doctor --device cpu --nproc 2 --json
 
+  [dim]# the collective path itself: the job's plan with a probe on every rank (run on every node)[/dim]
+  islab-train doctor --collectives --device cpu --nproc 2 --json
+
 Exit codes: 0 no check failed (warnings allowed), 1 a check failed, 2 the options are wrong.
 islab-train runs the cheap checks (interfaces, address, port, disk) before every real launch.
 """
 
 
+COLLECTIVES_OPTION = keyword(
+    "collectives",
+    Annotated[
+        bool,
+        typer.Option(
+            "--collectives",
+            help="Run the pre-flight probe alone instead of the checks: the job's own plan with a probe on every "
+            "rank (run it on every node, like the launch); prints its line, or with --json the report "
+            "{ok, world_size, nodes, ranks, all_reduce, seconds, problems}.",
+            rich_help_panel=PANEL_DOCTOR,
+        ),
+    ],
+    False,
+)
+
+
 def doctor_command(ctx: typer.Context, **options: Any) -> None:
-    spec = resolve(ctx, options).spec
+    resolved = resolve(ctx, options)
+    spec = resolved.spec
+    if options["collectives"]:
+        _collectives(resolved, options)
     try:
         plan = planner.build_plan(spec, now=datetime.now(), free_port=find_free_port())
     except SpecError as exc:
@@ -79,7 +104,24 @@ def doctor_command(ctx: typer.Context, **options: Any) -> None:
     raise typer.Exit(0 if doctor.all_passed(checks) else 1)
 
 
-doctor_command.__signature__ = signature(train=False, own=(JSON_OPTION,))  # type: ignore[attr-defined]
+def _collectives(resolved: Any, options: dict[str, Any]) -> None:
+    """``doctor --collectives``: the pre-flight alone; exit 0 healthy, 1 not."""
+    spec = resolved.spec
+    checks = checked(preflight_options, options)
+    plan = plan_for(resolved, checks)
+    if spec.nnodes * spec.nproc_per_node < 2:
+        fail(SpecError(Issue("--collectives", "a single rank has no collectives to check",
+                             "Give --nproc 2 (or --gpus 2, or several nodes)")))  # fmt: skip
+    node_rank = spec.node_rank if spec.node_rank is not None else 0
+    outcome = run_collective_check(spec, plan, node_rank, checks.timeout_s)
+    if options["json_output"]:
+        print(json.dumps(public_report(outcome.report or {}), indent=2))
+    raise typer.Exit(outcome.status)
+
+
+doctor_command.__signature__ = signature(  # type: ignore[attr-defined]
+    train=False, own=(JSON_OPTION, COLLECTIVES_OPTION)
+)
 commands.command(
     "doctor",
     epilog=DOCTOR_EPILOG,

@@ -28,6 +28,7 @@ from islab.plan.plan import (
     MIN_DEFAULT_HANG_TIMEOUT_S,
     default_hang_timeout,
 )
+from islab.plan.preflight import DEFAULT_PREFLIGHT_TIMEOUT_S, KILL_AFTER_S, MODES
 from islab.spec.fields import (
     CHOICES,
     DEFAULT_C10D_ID,
@@ -42,6 +43,7 @@ from islab.spec.run_spec import (
 )
 from islab.spec.worker_args import spec_options
 
+PROG = "islab-train"  # the command's name in help and messages
 PANEL_TRAINING = "Training"
 PANEL_PROCESSES = "Processes on this node"
 PANEL_CLUSTER = "Cluster (several nodes)"
@@ -58,6 +60,7 @@ FrameworkChoice = _choice("FrameworkChoice", CHOICES["ml_framework"])
 DeviceChoice = _choice("DeviceChoice", CHOICES["device"])
 RdzvChoice = _choice("RdzvChoice", CHOICES["rendezvous.backend"])
 LoggerChoice = _choice("LoggerChoice", CHOICES["logger"])
+PreflightChoice = _choice("PreflightChoice", MODES)
 
 
 def spec_default(field: str) -> Any:
@@ -242,6 +245,17 @@ OPTIONS: tuple[Option, ...] = (
            "--resume RUN_DIR (WANDB_MODE=offline: files only, under <run_dir>/wandb).", PANEL_OUTPUT, "logger",
            LoggerChoice, "Default: {}."),
     *worker_options(),
+    Option("--preflight", "Before a launch of more than one rank, run the job's own plan for a few seconds with a "
+           "probe on every rank (same launcher, rendezvous, env, devices): join the process group, compare the "
+           "ranks' GPUs and the fields every node must agree on, time all-reduces; a problem stops the launch "
+           "(exit 1) with the ranks named and the fix (docs/NCCL.md). only: the check alone, then exit.",
+           PANEL_OUTPUT, kind=PreflightChoice, default="Default: on."),
+    Option("--preflight-timeout", "How long the pre-flight may take; every probe process is killed "
+           f"{KILL_AFTER_S} s later and the ranks or nodes that never answered are named.", PANEL_OUTPUT,
+           kind=int, default=f"Default: {DEFAULT_PREFLIGHT_TIMEOUT_S}.", metavar="SECONDS"),
+    Option("--nccl-safe", "Conservative NCCL transports for every rank (NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 "
+           "NCCL_ALGO=Ring NCCL_P2P_DISABLE=1: the settings users are told to try first; slower, see docs/NCCL.md). "
+           "Values set in the cluster file's env or the shell win.", PANEL_OUTPUT, kind=bool),
     Option("--python", "Interpreter for the launcher and the ranks, e.g. ${ISAACSIM_PYTHON_EXE}.", PANEL_OUTPUT,
            "python", str, "[default: this interpreter]"),
     Option("--dry-run", "Print the commands (with where each value came from) and exit.", PANEL_OUTPUT, kind=bool,

@@ -56,6 +56,9 @@ class LaunchPlan:
     launcher: Launcher
     run_dir: str
     nodes: tuple[NodePlan, ...]
+    # What every rank runs after the launcher's options: ``-m islab.worker ARGS`` or the user's entry
+    # point (the pre-flight swaps exactly this for its probe).
+    program: tuple[str, ...] = ()
     # Values the planner filled in (free port, default addresses): shown by the dry run.
     derived: Mapping[str, str] = field(default_factory=dict)
     # The port node 0 must be able to bind before a real launch (static master / JAX coordinator).

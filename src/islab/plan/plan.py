@@ -145,12 +145,17 @@ def _directory_safe(name: str) -> str:
 def _shared_digest(spec: RunSpec) -> str:
     """A digest of the fields every node must agree on (so what may differ per node, such as
     torchrun's process count or the env, does not split the directory)."""
+    return hashlib.sha256(json.dumps(shared_values(spec), sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def shared_values(spec: RunSpec) -> dict[str, object]:
+    """``{dotted field: value}`` of the fields every node must agree on (JSON-ready)."""
     plain = spec.to_plain()
     shared = {}
     for name in shared_fields(spec.launcher):
         section, _, key = name.rpartition(".")
         shared[name] = plain[section][key] if section else plain[key]
-    return hashlib.sha256(json.dumps(shared, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    return json.loads(json.dumps(shared, default=str))
 
 
 def entry_label(entrypoint: Mapping[str, str]) -> str:
@@ -176,6 +181,15 @@ def resumes_to_target(resolved: ResolvedSpec) -> bool:
     The resumed run's own stored length (source ``resumed``) and the defaults are not "given now"."""
     given = {resolved.sources.get(name) for name in ("max_iterations", "total_env_steps")}
     return resolved.spec.resume is not None and not given & {Source.CLI, Source.ENV, Source.FILE}
+
+
+def program_of(spec: RunSpec, run_dir: str, *, to_target: bool = False) -> tuple[str, ...]:
+    """What each rank runs, after torchrun's options (or as ``python PROGRAM`` for skrl-JAX ranks):
+    ``-m islab.worker ARGS`` -- the module form, so no path of this machine is in a command for
+    another node -- or the user's entry point (:func:`entry_argv`)."""
+    if spec.entrypoint is not None:
+        return tuple(entry_argv(spec))
+    return ("-m", torchrun.WORKER_MODULE, *worker_args(spec, run_dir, to_target=to_target))
 
 
 def worker_args(spec: RunSpec, run_dir: str, *, to_target: bool = False) -> list[str]:
@@ -261,15 +275,12 @@ def build_plan(
     launcher = spec.launcher
     derived, node0_port = _derive(spec, free_port)
     env = MappingProxyType(plan_env(spec, run_dir))
-    worker = worker_args(spec, run_dir, to_target=to_target) if spec.entrypoint is None else entry_argv(spec)
+    program = program_of(spec, run_dir, to_target=to_target)
     node_ranks = [spec.node_rank] if spec.node_rank is not None else list(range(spec.nnodes))
     nodes = []
     for node_rank in node_ranks:
         if launcher == skrl_jax.NAME:
             coordinator = derived["coordinator_address"]
-            # Our worker in the module form, as in torchrun's commands: no path of this machine in a
-            # command for another node. A user's entry point is a script: skrl's launcher runs PATH ARGS.
-            program = ("-m", torchrun.WORKER_MODULE, *worker) if spec.entrypoint is None else tuple(worker)
             ranks = tuple(
                 RankLaunch(
                     global_rank,
@@ -282,7 +293,7 @@ def build_plan(
             argv = skrl_jax.node_argv(spec, node_rank, coordinator, program)
             nodes.append(NodePlan(node_rank, argv, env, ranks))
         else:
-            nodes.append(NodePlan(node_rank, torchrun.node_argv(spec, node_rank, derived, worker), env))
+            nodes.append(NodePlan(node_rank, torchrun.node_argv(spec, node_rank, derived, program), env))
     if spec.rendezvous.timeout_s is None:
         derived = {**derived, "rendezvous.timeout_s": str(rendezvous_timeout_of(spec))}
     if spec.hang_timeout_s is None and spec.entrypoint is None:
@@ -292,6 +303,7 @@ def build_plan(
         launcher=launcher,
         run_dir=run_dir,
         nodes=tuple(nodes),
+        program=program,
         derived=MappingProxyType({**derived, "run_dir": run_dir}),
         node0_port=node0_port,
         rendezvous_address=address,

@@ -29,7 +29,9 @@ NAME = "torchrun"
 WORKER_MODULE = "islab.worker"
 
 
-def node_argv(spec: RunSpec, node_rank: int, derived: Mapping[str, str], worker: Sequence[str]) -> tuple[str, ...]:
+def node_argv(spec: RunSpec, node_rank: int, derived: Mapping[str, str], program: Sequence[str]) -> tuple[str, ...]:
+    """torchrun's options for ``node_rank``, then ``program``: ``-m islab.worker ARGS`` or the user's
+    entry point (:func:`islab.plan.plan.program_of`)."""
     argv = [
         spec.python, "-m", "torch.distributed.run",
         "--nproc_per_node", str(spec.nproc_per_node),
@@ -58,9 +60,7 @@ def node_argv(spec: RunSpec, node_rank: int, derived: Mapping[str, str], worker:
             *(["--rdzv_conf", f"timeout={timeout}"] if timeout is not None else []),
         ]  # fmt: skip
     argv += ["--max_restarts", str(spec.max_restarts)]
-    if spec.entrypoint is not None:  # the user's entry point: `worker` is plan.entry_argv's PATH/-m/--no-python ...
-        return (*argv, *worker)
-    return (*argv, "-m", WORKER_MODULE, *worker)
+    return (*argv, *program)
 
 
 def with_c10d_node_facts(

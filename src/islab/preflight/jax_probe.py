@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from islab.preflight.identity import identity
-from islab.preflight.report import PROBLEM_EXIT, build_report, identity_problems, write_report
+from islab.preflight.report import PROBLEM_EXIT, build_report, done_line, identity_problems, write_report
 
 IDENTITY_BYTES = 4096  # identities travel as fixed-size byte rows (process_allgather needs one shape)
 JAX_SIZES_BYTES = (4, 4_194_304)  # each new shape compiles the psum again (seconds on CPU)
@@ -72,6 +72,6 @@ def jax_probe(args: argparse.Namespace) -> int:
     report = build_report(identities, measured, time.perf_counter() - started, problems)
     if rank == 0:
         write_report(args.run_dir, report)
-    print(f"[islab] pre-flight rank {rank}: {'ok' if report['ok'] else 'problems'}", flush=True)
+    print(done_line(rank, report["ok"]), flush=True)
     jax.distributed.shutdown()
     return 0 if report["ok"] else PROBLEM_EXIT

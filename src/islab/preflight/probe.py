@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from islab.preflight.identity import identity
-from islab.preflight.report import PROBLEM_EXIT, build_report, identity_problems, write_report
+from islab.preflight.report import PROBLEM_EXIT, build_report, done_line, identity_problems, write_report
 
 SIZES_BYTES = (4, 4096, 262_144, 4_194_304, 67_108_864)
 
@@ -103,7 +103,7 @@ def torch_probe(args: argparse.Namespace) -> int:
     report = build_report(identities, measured, time.perf_counter() - started, problems)
     if ctx.rank == 0:
         write_report(args.run_dir, report)
-    print(f"[islab] pre-flight rank {ctx.rank}: {'ok' if report['ok'] else 'problems'}", flush=True)
+    print(done_line(ctx.rank, report["ok"]), flush=True)
     dist.destroy_process_group()
     return 0 if report["ok"] else PROBLEM_EXIT
 

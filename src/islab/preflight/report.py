@@ -19,6 +19,11 @@ from islab import rundir
 
 FIELDS_VARIABLE = "ISLAB_PREFLIGHT_FIELDS"  # JSON: the fields this node's spec has that every node must share
 PROBLEM_EXIT = 3  # every rank exits with it when the probe found a problem (not a crash)
+DONE_MARK = "[islab] pre-flight rank"  # every rank's last line: "[islab] pre-flight rank R: ok|problems"
+
+
+def done_line(rank: int, ok: bool) -> str:
+    return f"{DONE_MARK} {rank}: {'ok' if ok else 'problems'}"
 
 
 def _problem(what: str, ranks: Sequence[int], fix: str) -> dict[str, Any]:
@@ -92,7 +97,7 @@ def build_report(
     return {
         "ok": not problems,
         "world_size": len(identities),
-        "nodes": len({ident["host"] for ident in identities}),
+        "nodes": _node_count(identities),
         "ranks": [{key: ident.get(key) for key in keys} for ident in identities],
         "all_reduce": [{k: row[k] for k in ("bytes", "median_us", "busbw_gbps")} for row in measured if "bytes" in row],
         "seconds": round(seconds, 2),
@@ -100,8 +105,29 @@ def build_report(
     }
 
 
+REPORT_KEYS = ("ok", "world_size", "nodes", "ranks", "all_reduce", "seconds", "problems")
+PROBLEM_KEYS = ("what", "ranks", "fix")
+
+
+def public_report(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The documented shape of ``preflight.json`` / ``doctor --collectives --json``: only
+    :data:`REPORT_KEYS`, each problem only :data:`PROBLEM_KEYS`."""
+    shaped = {key: report.get(key) for key in REPORT_KEYS}
+    shaped["problems"] = [{key: problem.get(key) for key in PROBLEM_KEYS} for problem in report.get("problems") or []]
+    return shaped
+
+
+def _node_count(identities: Sequence[Mapping[str, Any]]) -> int:
+    """Nodes = distinct (rank - local rank): the first global rank of each node. Host names alone
+    undercount where nodes share one (containers, network namespaces)."""
+    try:
+        return len({int(ident["rank"]) - int(ident["local_rank"]) for ident in identities})
+    except (KeyError, TypeError, ValueError):
+        return len({ident.get("host") for ident in identities})
+
+
 def write_report(run_dir: str | Path, report: Mapping[str, Any]) -> Path:
-    return rundir.write_json(rundir.preflight_path(run_dir), report)
+    return rundir.write_json(rundir.preflight_path(run_dir), public_report(report))
 
 
 def _size(n: int) -> str:

@@ -66,6 +66,9 @@ class Inputs:
     env: Layer = field(default_factory=lambda: Layer(Source.ENV))
     cluster_file: Path | None = None
     allocations: Sequence[AllocationSource] = ()
+    # The pre-flight compares the shared fields across nodes before training (islab.preflight), naming a
+    # mismatch field by field: then a node's command line may give them (every node types one command).
+    nodes_compared: bool = False
 
 
 def resolve(inputs: Inputs, edge: Edge | None = None) -> ResolvedSpec:
@@ -86,8 +89,13 @@ def resolve(inputs: Inputs, edge: Edge | None = None) -> ResolvedSpec:
     checks = (
         lambda: resumed_issue(spec, stored, merged.origins, run_dir),
         lambda: disk_issue(spec, edge, merged.origins),
-        # Under a scheduler allocation every node gets the same command line: its options are shared.
-        lambda: None if any(allocated) else node_agreement_issue(spec, file, given, edge.task_default_envs),
+        # Under a scheduler allocation every node gets the same command line: its options are shared;
+        # with the pre-flight on, the nodes compare them before training.
+        lambda: (
+            None
+            if any(allocated) or inputs.nodes_compared
+            else node_agreement_issue(spec, file, given, edge.task_default_envs)
+        ),
     )
     for check in checks:  # in order, the first refusal only (later checks may assume earlier ones)
         issue = check()

@@ -46,6 +46,7 @@ def resolve_spec(
     *,
     allocations: Sequence[AllocationSource] = (),
     edge: Edge | None = None,
+    nodes_compared: bool = False,
 ) -> ResolvedSpec:
     """Merge command line > scheduler allocation > environment > cluster file > defaults, then
     validate once.
@@ -57,8 +58,10 @@ def resolve_spec(
     ``allocations``: any scheduler's, the same way (:func:`islab.resolve.allocations.active_allocations`).
     ``edge``: what reads the machine (default: :class:`islab.resolve.edge.DiskEdge`; a dry run's
     :class:`~islab.resolve.edge.DryRunEdge` plans ``--isaaclab`` without a checkout).
+    ``nodes_compared``: the pre-flight will compare the shared fields across nodes, so one node's
+    command line may set them (otherwise they must come from the cluster file).
     Raises :class:`SpecError` with human messages.
     """
     allocated = (*([AllocationSource(Source.SLURM, slurm)] if slurm is not None else []), *allocations)
-    inputs = Inputs(Layer(Source.CLI, cli or {}), Layer(Source.ENV, env or {}), cluster_file, allocated)
+    inputs = Inputs(Layer(Source.CLI, cli or {}), Layer(Source.ENV, env or {}), cluster_file, allocated, nodes_compared)
     return resolve(inputs, edge)

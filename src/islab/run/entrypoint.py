@@ -17,12 +17,13 @@ Torch-free, like the rest of the launcher.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
 from islab.run.console import route_line
 from islab.run.tensorboard_progress import TensorBoardProgress
-from islab.rundir import logs_dir, rank_log
+from islab.rundir import rank_log
 
 
 class RankLogWriter:
@@ -31,13 +32,16 @@ class RankLogWriter:
     ``first_rank`` is the global rank of this node's local rank 0 when the lines come from one
     torchrun (prefixed by local rank); None when each child is one rank (skrl-JAX)."""
 
-    def __init__(self, run_dir: str, first_rank: int | None) -> None:
+    def __init__(
+        self, run_dir: str, first_rank: int | None, log_of: Callable[[str, int], Path] = rank_log
+    ) -> None:  # fmt: skip
         self.run_dir = run_dir
         self.first_rank = first_rank
+        self.log_of = log_of  # rundir.rank_log, or rundir.preflight_rank_log for the pre-flight probe
         self.rank0_last: str | None = None  # rank 0's last non-empty line, for the display
         self._files: dict[int, IO[str]] = {}
         self._lock = threading.Lock()
-        logs_dir(run_dir).mkdir(parents=True, exist_ok=True)
+        log_of(run_dir, 0).parent.mkdir(parents=True, exist_ok=True)
 
     def __call__(self, child_rank: int | None, line: str) -> None:
         rank, text = (child_rank, line) if self.first_rank is None else route_line(line, self.first_rank)
@@ -46,7 +50,7 @@ class RankLogWriter:
         with self._lock:
             handle = self._files.get(rank)
             if handle is None:
-                handle = self._files[rank] = open(rank_log(self.run_dir, rank), "a", encoding="utf-8")  # noqa: SIM115
+                handle = self._files[rank] = open(self.log_of(self.run_dir, rank), "a", encoding="utf-8")  # noqa: SIM115
             handle.write(text if text.endswith("\n") else text + "\n")
             handle.flush()
             if rank == 0 and text.strip():

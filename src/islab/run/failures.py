@@ -11,6 +11,7 @@ import re
 import signal
 from collections.abc import Sequence
 
+from islab.preflight.triage import triage
 from islab.run.console import route_line
 from islab.rundir import rank_log, rank_logs
 
@@ -99,3 +100,19 @@ def rendezvous_message(address: str | None, timeout_s: float) -> str:
         f"error: rendezvous: node(s) did not join within {timeout_s} s at {where}; "
         f"check that every node runs islab-train with the same spec and can reach {where} (islab-train doctor)"
     )
+
+
+TRIAGE_LINES = 400  # the last lines of each rank log searched for known collective failures
+
+
+def known_failure_lines(run_dir: str, launcher_lines: Sequence[str] = ()) -> list[str]:
+    """The known collective failures (:data:`islab.preflight.triage.KNOWN_FAILURES`: an NCCL WARN, a
+    watchdog timeout, gloo's missing interface ...) found in the launcher's last lines and the end
+    of every rank log, each as ``likely cause: <what>. Fix: <fix>`` -- the pre-flight's triage, for a
+    failure during training."""
+    lines = list(launcher_lines)
+    for log in rank_logs(run_dir):
+        match = re.fullmatch(r"rank_(\d+)\.log", log.name)
+        if match:
+            lines += log_tail(run_dir, int(match.group(1)), lines=TRIAGE_LINES)
+    return [f"  likely cause ({found.name}): {found.what}. Fix: {found.fix}" for found in triage(lines)]

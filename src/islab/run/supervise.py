@@ -39,6 +39,7 @@ from typing import IO, Any
 from islab.plan.launch_plan import LaunchPlan
 from islab.run.console import ConsolePolicy, RunView, finish, resume_command
 from islab.run.entrypoint import RankLogWriter, events_reader
+from islab.run.failures import known_failure_lines
 from islab.run.hangs import HangWatch
 from islab.run.processes import watch
 from islab.run.skrl_jax_node import SkrlJaxNode
@@ -125,6 +126,11 @@ def run_plan(
             status = 1
         else:
             status = runner.explain(outcome, explanation, all_ranks=options.all_ranks)
+        if status != 0 and outcome.received is None:
+            # NCCL's, gloo's and torch's words for a broken collective path, named with their fix (docs/NCCL.md)
+            found = known_failure_lines(plan.run_dir, [line for tail in outcome.tails for line in tail])
+            if found:
+                explanation = _before_last_line(explanation, found)
     finally:
         view.close()
         runner.close()
@@ -139,6 +145,14 @@ def run_plan(
     # A failure's message (rank, node, log, exception) stays the last line, after the resume hint.
     err.write(explanation.getvalue())
     return status
+
+
+def _before_last_line(explanation: io.StringIO, lines: list[str]) -> io.StringIO:
+    """``lines`` inserted before the explanation's last line (the ``error:`` line stays last)."""
+    text = explanation.getvalue().rstrip("\n").split("\n")
+    merged = io.StringIO()
+    merged.write("\n".join([*text[:-1], *lines, text[-1]] if text != [""] else lines) + "\n")
+    return merged
 
 
 def preemption_since(run_dir: str, started: float) -> dict[str, Any] | None:

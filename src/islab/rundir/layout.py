@@ -84,5 +84,16 @@ def preflight_path(run_dir: str | Path) -> Path:
     return Path(run_dir) / PREFLIGHT_FILE
 
 
+def preflight_rank_log(run_dir: str | Path, rank: int | str) -> Path:
+    """``preflight/rank_<R>.log``: what rank ``rank`` of the pre-flight probe printed (NCCL_DEBUG=INFO)."""
+    return Path(run_dir, PREFLIGHT_DIR, f"rank_{rank}.log")
+
+
+def flight_recorder_prefix(run_dir: str | Path) -> Path:
+    """``logs/nccl_trace_rank_``: PyTorch's NCCL flight recorder appends the rank to this prefix
+    (``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``) when a collective times out."""
+    return logs_dir(run_dir) / "nccl_trace_rank_"
+
+
 def curves_path(run_dir: str | Path) -> Path:
     return Path(run_dir, CURVES_FILE)

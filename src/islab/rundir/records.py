@@ -25,6 +25,7 @@ from islab.rundir.layout import (
     WANDB_RUN_ID_FILE,
     digest_path,
     heartbeat_path,
+    preflight_path,
     summary_path,
 )
 
@@ -127,6 +128,15 @@ def read_summary(run_dir: str | Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return summary if isinstance(summary, dict) else None
+
+
+def read_preflight(run_dir: str | Path) -> dict[str, Any] | None:
+    """``preflight.json``; None when it is missing or not JSON."""
+    try:
+        report = json.loads(preflight_path(run_dir).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return report if isinstance(report, dict) else None
 
 
 def wandb_run_id(run_dir: str | Path) -> str:

@@ -1,0 +1,105 @@
+"""The pre-flight plan: the job's own plan with the probe as every rank's program (pure).
+
+A pre-flight check is only worth its seconds if it tests what the training will use. So the probe
+(:mod:`islab.preflight.probe`) is not started by a plan of its own: :func:`probe_plan` takes the
+job's :class:`~islab.plan.launch_plan.LaunchPlan` -- same launcher (torchrun or skrl-JAX's ranks),
+rendezvous, environment, devices and world size, node by node -- and replaces only
+
+* the program after the launcher's options: ``-m islab.preflight.probe --run-dir D --device X
+  --timeout S`` instead of ``-m islab.worker ...`` or the user's entry point;
+* torchrun's rendezvous wait (``--rdzv_conf timeout=`` / ``join_timeout=``) and restarts: the
+  pre-flight timeout and none, so a node that never comes is named in seconds, not after the
+  training's rendezvous timeout; a c10d rendezvous id gets ``-preflight`` (same endpoint, a
+  rendezvous of its own);
+* the environment gains ``NCCL_DEBUG=INFO`` (``INIT,NET``: the interface and transport NCCL chose,
+  its warnings) and ``ISLAB_PREFLIGHT_FIELDS``, the JSON of the fields every node must agree on
+  (:func:`islab.plan.plan.shared_values`), which the probe compares across nodes.
+
+Each node's islab-train runs its own node's part, as it will for the training.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from types import MappingProxyType
+
+from islab.plan import skrl_jax
+from islab.plan.launch_plan import LaunchPlan, NodePlan
+from islab.plan.plan import shared_values
+from islab.preflight.report import FIELDS_VARIABLE
+from islab.spec.run_spec import RunSpec
+
+PROBE_MODULE = "islab.preflight.probe"
+DEFAULT_PREFLIGHT_TIMEOUT_S = 60
+# The probe's hard wall-clock limit is its timeout plus this: every probe process is killed then.
+KILL_AFTER_S = 5
+MODES = ("on", "off", "only")
+RDZV_ID_SUFFIX = "-preflight"
+NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
+_RDZV_WAIT = re.compile(r"\b(join_timeout|timeout)=\d+")
+
+
+def wants_preflight(spec: RunSpec, mode: str) -> bool:
+    """A job of more than one rank is checked first, unless ``--preflight off``. Not an elastic one
+    (``--nnodes MIN:MAX``): its nodes may arrive minutes apart and join a job already training, so
+    there is no moment when every node could take part in one probe."""
+    elastic = spec.min_nnodes is not None and spec.min_nnodes < spec.nnodes
+    return mode != "off" and spec.nnodes * spec.nproc_per_node > 1 and not elastic
+
+
+def probe_program(spec: RunSpec, run_dir: str, timeout_s: int) -> tuple[str, ...]:
+    return ("-m", PROBE_MODULE, "--run-dir", run_dir, "--device", spec.device, "--timeout", str(timeout_s))
+
+
+def probe_env(spec: RunSpec) -> dict[str, str]:
+    return {**NCCL_DEBUG_ENV, FIELDS_VARIABLE: json.dumps(shared_values(spec), sort_keys=True)}
+
+
+def _swap_program(argv: Sequence[str], program: Sequence[str], probe: Sequence[str]) -> tuple[str, ...]:
+    argv = tuple(argv)
+    program = tuple(program)
+    if argv[len(argv) - len(program) :] != program:
+        raise ValueError(f"the plan's command does not end with its program {program!r}: {argv!r}")
+    return (*argv[: len(argv) - len(program)], *probe)
+
+
+def _bounded_torchrun(argv: Sequence[str], timeout_s: int) -> tuple[str, ...]:
+    """torchrun's rendezvous wait set to ``timeout_s``, and no restarts."""
+    argv = list(argv)
+    for index, item in enumerate(argv[:-1]):
+        if item == "--rdzv_conf":
+            argv[index + 1] = _RDZV_WAIT.sub(lambda m: f"{m.group(1)}={timeout_s}", argv[index + 1])
+        elif item == "--max_restarts":
+            argv[index + 1] = "0"
+        elif item == "--rdzv_id":  # a rendezvous of its own: a late probe agent never meets the job's
+            argv[index + 1] = f"{argv[index + 1]}{RDZV_ID_SUFFIX}"
+    return tuple(argv)
+
+
+def _added(env: Mapping[str, str], extra: Mapping[str, str]) -> Mapping[str, str]:
+    return MappingProxyType({**env, **extra})
+
+
+def probe_plan(plan: LaunchPlan, spec: RunSpec, timeout_s: int) -> LaunchPlan:
+    """``plan`` with the probe in place of every rank's program (see the module docstring)."""
+    program = plan.program
+    probe = probe_program(spec, plan.run_dir, timeout_s)
+    extra = probe_env(spec)
+    nodes = []
+    for node in plan.nodes:
+        argv = _swap_program(node.argv, program, probe)
+        if plan.launcher == skrl_jax.NAME:
+            ranks = tuple(
+                replace(rank, argv=(*_swap_program(rank.argv, program, probe),), env=_added(rank.env, extra))
+                for rank in node.ranks
+            )
+            nodes.append(NodePlan(node.node_rank, argv, _added(node.env, extra), ranks))
+        else:
+            nodes.append(NodePlan(node.node_rank, _bounded_torchrun(argv, timeout_s), _added(node.env, extra)))
+    return replace(
+        plan, nodes=tuple(nodes), rendezvous_timeout_s=timeout_s, budget=None, entrypoint=True, events_root=None,
+        events_library=None, events_not_before=None, hang_timeout_s=0,
+    )  # fmt: skip
