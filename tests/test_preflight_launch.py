@@ -17,6 +17,7 @@ import pytest
 from islab.plan.nccl import flight_recorder_env, with_nccl_settings
 from islab.plan.plan import build_plan
 from islab.plan.preflight import KILL_AFTER_S, probe_plan, wants_preflight
+from islab.plan.torchrun import with_c10d_node_facts
 from islab.preflight.report import FIELDS_VARIABLE, REPORT_KEYS
 from islab.preflight.triage import NCCL_SAFE_ENV
 from islab.preflight.verdict import Evidence, verdict
@@ -41,18 +42,40 @@ def test_the_probe_plan_is_the_jobs_plan_with_the_probe_as_program():
     probe = probe_plan(plan, spec, 20)
     real, checked = plan.node(1).argv, probe.node(1).argv
     cut = real.index("islab.worker") - 1  # "-m islab.worker ..."
-    # the launcher's options are the job's, except its rendezvous wait and restarts
+    # the launcher's options are the job's, except its rendezvous wait (torchrun's 900 s default
+    # in the job: no --rdzv_conf there) and restarts
+    assert "--rdzv_conf" not in real
     expected_head = [a for a in real[:cut]]
-    expected_head[expected_head.index("--rdzv_conf") + 1] = "timeout=20"
     expected_head[expected_head.index("--max_restarts") + 1] = "0"
-    assert list(checked[:cut]) == expected_head
-    assert checked[cut:] == ("-m", "islab.preflight.probe", "--run-dir", plan.run_dir, "--device", "cpu",
+    at = expected_head.index("--max_restarts")
+    expected_head[at:at] = ["--rdzv_conf", "timeout=20"]
+    cut_probe = cut + 2
+    assert list(checked[:cut_probe]) == expected_head
+    assert checked[cut_probe:] == ("-m", "islab.preflight.probe", "--run-dir", plan.run_dir, "--device", "cpu",
                              "--timeout", "20")  # fmt: skip
     env = probe.node(1).env
     assert env["NCCL_DEBUG"] == "INFO" and env["NCCL_DEBUG_SUBSYS"] == "INIT,NET"
     fields = json.loads(env[FIELDS_VARIABLE])
     assert fields["task"] == spec.task and fields["seed"] == spec.seed and fields["nnodes"] == 2
     assert probe.rendezvous_timeout_s == 20 and probe.run_dir == plan.run_dir
+
+
+def test_the_probe_bounds_a_rendezvous_wait_the_job_gives_or_leaves_to_torchrun():
+    c10d = {"backend": "c10d", "endpoint": "10.0.0.1:29400", "id": "job"}
+    cases = [
+        ({"master_addr": "10.0.0.1", "master_port": 29400, "timeout_s": 1200}, "timeout=20"),
+        (c10d, "join_timeout=20"),
+        ({**c10d, "timeout_s": 700, "last_call_s": 5}, "join_timeout=20,last_call_timeout=5"),
+    ]
+    for rendezvous, expected in cases:
+        spec, plan = _plan(device="cpu", nproc_per_node=2, nnodes=2, node_rank=0, rendezvous=rendezvous)
+        plan = with_c10d_node_facts(plan, 0, hosts_store=True) if "endpoint" in rendezvous else plan
+        argv = probe_plan(plan, spec, 20).node(0).argv
+        conf = argv[argv.index("--rdzv_conf") + 1]
+        assert conf.startswith(expected) and argv.count("--rdzv_conf") == 1, argv
+        assert ("is_host=1" in conf) == ("endpoint" in rendezvous)
+        if "endpoint" in rendezvous:
+            assert argv[argv.index("--rdzv_id") + 1] == "job-preflight"
 
 
 def test_the_probe_plan_of_skrl_jax_and_of_a_script():

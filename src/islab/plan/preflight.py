@@ -39,7 +39,7 @@ KILL_AFTER_S = 5
 MODES = ("on", "off", "only")
 RDZV_ID_SUFFIX = "-preflight"
 NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
-_RDZV_WAIT = re.compile(r"\b(join_timeout|timeout)=\d+")
+_RDZV_WAIT = re.compile(r"(join_timeout|timeout)=\d+")
 
 
 def wants_preflight(spec: RunSpec, mode: str) -> bool:
@@ -67,11 +67,17 @@ def _swap_program(argv: Sequence[str], program: Sequence[str], probe: Sequence[s
 
 
 def _bounded_torchrun(argv: Sequence[str], timeout_s: int) -> tuple[str, ...]:
-    """torchrun's rendezvous wait set to ``timeout_s``, and no restarts."""
+    """torchrun's rendezvous wait set to ``timeout_s`` (``join_timeout`` for c10d, the store's
+    ``timeout`` for a static rendezvous: added when the job leaves torchrun's default), no restarts."""
     argv = list(argv)
+    c10d = "--rdzv_backend" in argv and argv[argv.index("--rdzv_backend") + 1] == "c10d"
+    wait = f"{'join_timeout' if c10d else 'timeout'}={timeout_s}"
+    if "--rdzv_conf" not in argv:
+        argv[argv.index("--max_restarts") : argv.index("--max_restarts")] = ["--rdzv_conf", wait]
     for index, item in enumerate(argv[:-1]):
         if item == "--rdzv_conf":
-            argv[index + 1] = _RDZV_WAIT.sub(lambda m: f"{m.group(1)}={timeout_s}", argv[index + 1])
+            entries = [e for e in argv[index + 1].split(",") if e and not _RDZV_WAIT.fullmatch(e)]
+            argv[index + 1] = ",".join([wait, *entries])
         elif item == "--max_restarts":
             argv[index + 1] = "0"
         elif item == "--rdzv_id":  # a rendezvous of its own: a late probe agent never meets the job's
