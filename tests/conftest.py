@@ -20,6 +20,12 @@ _JAX_CACHE = {
 for _name, _value in _JAX_CACHE.items():
     os.environ.setdefault(_name, _value)
 
+# The pre-flight collective check runs before every real launch of several ranks (~5-10 s on this
+# 2-core machine). Tests about something else launch with it off; the pre-flight's own tests
+# (test_preflight_launch.py, test_preflight_netns.py) strip ISLAB_* and so run the real default.
+PREFLIGHT_OFF = {"ISLAB_PREFLIGHT": "off"}
+os.environ.update(PREFLIGHT_OFF)
+
 
 @pytest.fixture
 def clean_environment(monkeypatch):
@@ -28,6 +34,8 @@ def clean_environment(monkeypatch):
     for name in list(os.environ):
         if name.startswith(("ISLAB_", "SLURM_")) or name.endswith("_SOCKET_IFNAME"):
             monkeypatch.delenv(name)
+    for name, value in PREFLIGHT_OFF.items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
 
 

@@ -581,9 +581,10 @@ def test_a_node_may_not_disagree_on_a_shared_field(islab, clean_environment, tmp
         assert islab("--cluster", str(shared), "--node-rank", "1", "--dry-run")[0] == 0
 
 
-def test_with_the_preflight_on_a_node_may_give_shared_fields_on_its_command_line(islab, clean_environment):
+def test_with_the_preflight_on_a_node_may_give_shared_fields_on_its_command_line(islab, clean_environment, monkeypatch):
     """Issue 22: the pre-flight compares the shared fields across nodes (naming a mismatch field by
     field before training), so one command line per node -- GR00T's torchrun style -- is accepted."""
+    monkeypatch.delenv("ISLAB_PREFLIGHT")  # the default: on
     shared = str(REPO / "configs" / "cluster" / "two-node-static.yaml")
     for argv in (["--seed", "1"], ["--master-port", "29600"], ["--num-envs", "64", "algorithm.clip_param=0.3"]):
         code, _, err = islab("--cluster", shared, "--node-rank", "1", "--dry-run", *argv)
