@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Set up (first time only) and run the whole test suite, slow end-to-end tests included, as CI's two
 # jobs, one after the other (the CI machine has 2 cores; the jobs would only slow each other down):
-#   main   .venv: rsl-rl-lib 5.5.x, no mjlab (tests/test_mjlab.py runs its mjlab-free tests, skips the rest);
-#   mjlab  .venv-mjlab: the [mjlab] extra (mjlab 1.6 pins rsl-rl-lib 5.4.2) running tests/test_mjlab.py
+#   main   .venv: rsl-rl-lib 5.5.x, no mjlab (tests/tasks/test_mjlab.py runs its mjlab-free tests, skips the rest);
+#   mjlab  .venv-mjlab: the [mjlab] extra (mjlab 1.6 pins rsl-rl-lib 5.4.2) running tests/tasks/test_mjlab.py
 #          and the rsl_rl adapter, resume and fused-sync tests, so rsl-rl-lib 5.4.2 is tested too. In
 #          this job a missing mjlab fails the mjlab tests instead of skipping them (ISLAB_TEST_JOB=mjlab).
 # ISLAB_TEST_JOB=main or ISLAB_TEST_JOB=mjlab runs one job. Arguments go to pytest in both jobs.
@@ -18,8 +18,8 @@ if [ "$job" = all ] || [ "$job" = mjlab ]; then
     ISLAB_EXTRAS=mjlab bash scripts/setup.sh
     # Warp compiles mjlab's kernels once per job (Go1: ~25 s on CPU), then reads them from here.
     ISLAB_TEST_JOB=mjlab WARP_CACHE_PATH=${WARP_CACHE_PATH:-$PWD/.venv-mjlab/warp-cache} \
-        .venv-mjlab/bin/python -m pytest "$@" tests/test_mjlab.py tests/test_entrypoint.py tests/test_lib_rsl_rl.py tests/test_resume.py \
-        tests/test_fused_sync.py \
+        .venv-mjlab/bin/python -m pytest "$@" tests/tasks/test_mjlab.py tests/run/test_entrypoint.py tests/libs/test_lib_rsl_rl.py tests/worker/test_resume.py \
+        tests/libs/test_fused_sync.py \
         -k "mjlab or rsl_rl" || status=$?
 fi
 exit "$status"

@@ -6,6 +6,7 @@ import os
 import tempfile
 
 import pytest
+from child_env import SUITE_SETTINGS
 
 from islab import cli
 
@@ -20,11 +21,9 @@ _JAX_CACHE = {
 for _name, _value in _JAX_CACHE.items():
     os.environ.setdefault(_name, _value)
 
-# The pre-flight collective check runs before every real launch of several ranks (~5-10 s on this
-# 2-core machine). Tests about something else launch with it off; the pre-flight's own tests
-# (test_preflight_launch.py, test_preflight_netns.py) strip ISLAB_* and so run the real default.
-PREFLIGHT_OFF = {"ISLAB_PREFLIGHT": "off"}
-os.environ.update(PREFLIGHT_OFF)
+# The suite's settings (the pre-flight off for tests about something else: tests/child_env.py) hold
+# for in-process runs too, and for processes started with this environment.
+os.environ.update(SUITE_SETTINGS)
 
 
 @pytest.fixture
@@ -34,7 +33,7 @@ def clean_environment(monkeypatch):
     for name in list(os.environ):
         if name.startswith(("ISLAB_", "SLURM_")) or name.endswith("_SOCKET_IFNAME"):
             monkeypatch.delenv(name)
-    for name, value in PREFLIGHT_OFF.items():
+    for name, value in SUITE_SETTINGS.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
 

@@ -1,5 +1,5 @@
 """Two real gloo ranks on CPU (torch.multiprocessing) training library adapters with one
-``ISLAB_SYNC`` mode, from a fixed seed; tests/test_fused_sync.py runs it once per mode and compares.
+``ISLAB_SYNC`` mode, from a fixed seed; tests/libs/test_fused_sync.py runs it once per mode and compares.
 Every ``torch.distributed`` collective is counted in-process (the bench probe's list of them).
 
 A library's ``run`` with ``preemption`` gets the worker's checkpointer and its per-iteration

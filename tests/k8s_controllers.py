@@ -1,7 +1,7 @@
 """What each controller gives a pod of the manifests `islab-train k8s` writes (tests only).
 
 A model of the controllers, written from their sources, for the pod simulation of
-tests/test_k8s_pods.py: for every pod of a manifest, its host name, the DNS name other pods reach
+tests/k8s/test_k8s_pods.py: for every pod of a manifest, its host name, the DNS name other pods reach
 it by, its container (command and env entries) and the variables/annotations its controller adds:
 
 * TrainJob -- kubeflow/trainer pkg/runtime/framework/plugins/torch/torch.go (``EnforceMLPolicy``):

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+import yaml
 
 SUBNET_PREFIX = "10.77"
 
@@ -200,3 +201,42 @@ def wait_until(condition: object, timeout_s: float, what: str, interval_s: float
             return
         time.sleep(interval_s)
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+# -- a two-node islab-train job in the namespaces ------------------------------------------------------
+
+PORT = 29555  # any port: nothing else lives in a fresh namespace
+RUN_NAME = "netns_pair"
+
+
+def cluster_file(tmp_path: Path, node0: Node, backend: str, max_iterations: int) -> Path:
+    rendezvous: dict[str, object] = {"backend": backend, "timeout_s": 120}
+    if backend == "static":
+        rendezvous |= {"master_addr": node0.address, "master_port": PORT}
+    else:
+        rendezvous |= {"endpoint": f"{node0.address}:{PORT}", "id": f"netns-{backend}"}
+    spec = {
+        "lib": "rsl_rl",
+        "device": "cpu",
+        "nnodes": 2,
+        "nproc_per_node": 2,
+        "num_envs": 64,
+        "max_iterations": max_iterations,
+        "rendezvous": rendezvous,
+        "run_name": RUN_NAME,
+        "env": {"GLOO_SOCKET_IFNAME": node0.interface},
+    }
+    path = tmp_path / f"two-node-{backend}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def stderr_of(tmp_path: Path, node_rank: int) -> str:
+    return (tmp_path / f"node{node_rank}.err").read_text(errors="replace")
+
+
+def wait_all(processes: list[subprocess.Popen[bytes]], timeout_s: float) -> list[int | None]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(process.poll() is None for process in processes):
+        time.sleep(0.2)
+    return [process.poll() for process in processes]

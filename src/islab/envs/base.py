@@ -35,7 +35,7 @@ opt-in because the first compile takes seconds to tens of seconds (cached in /tm
 afterwards); each call also pays 15-30 µs of torch.compile's own overhead (guards, wrappers), the
 largest single cost left at 4096 envs on a CPU. If compiling fails the env warns and stays eager.
 It runs the same equations and draws the same random numbers in the same order, so it returns
-what the hooks return up to float rounding (``tests/test_envs.py`` checks it).
+what the hooks return up to float rounding (``tests/envs/test_envs.py`` checks it).
 
 ``_physics_step`` stands in for ``sim.step()``: Isaac Lab advances PhysX there; our tasks
 integrate their own equations. Anything that accepts an Isaac Lab task (skrl's

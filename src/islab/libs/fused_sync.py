@@ -18,7 +18,7 @@ Switch
 ------
 ``ISLAB_SYNC=fused`` (the default) or ``ISLAB_SYNC=stock`` (each library's own collectives,
 plus islab's normalizer fixes) — read once per adapter at build time. Both learn the same
-(tests/test_fused_sync.py compares them); ``stock`` is there to measure against and to fall back on.
+(tests/libs/test_fused_sync.py compares them); ``stock`` is there to measure against and to fall back on.
 
 This module holds what the adapters share; each adapter (``islab.libs.<lib>``) decides where in
 its library's update loop the buffer is filled and read.

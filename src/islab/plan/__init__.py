@@ -4,5 +4,5 @@
 registry); :mod:`~islab.plan.torchrun` and :mod:`~islab.plan.skrl_jax` write each launcher's argv
 and per-rank environment; :mod:`~islab.plan.sbatch` the SLURM batch script; :mod:`~islab.plan.dry_run`
 what ``--dry-run`` prints. Nothing here imports ``subprocess`` or torch, directly or through what it
-imports (``tests/test_import_graph.py`` holds it to that): running the plan is :mod:`islab.run`'s job.
+imports (``tests/project/test_import_graph.py`` holds it to that): running the plan is :mod:`islab.run`'s job.
 """

@@ -14,7 +14,7 @@ way: a container ``net_container`` of linear layers and activations, then ``outp
 flax's ``nn.Sequential`` numbers its entries ``layers_<i>`` where torch's numbers them ``<i>``;
 activations are entries without params in both.) A param on one side without its twin on the
 other is an error, never a silent partial copy. Equivalence with skrl-JAX's own inference is what
-``tests/test_play_export.py`` checks.
+``tests/policy/test_play_export.py`` checks.
 """
 
 from __future__ import annotations

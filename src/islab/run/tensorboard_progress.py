@@ -19,7 +19,7 @@ steps, or per-env timesteps); :data:`TAGS` holds those facts, read from the inst
 (rsl-rl-lib 5.5.1, rl-games 1.6.5, skrl 2.1.1).
 
 Import cost: the Event protobuf comes from ``tensorboard.compat.proto`` (protobuf only: no torch,
-numpy or tensorflow; ``tests/test_tensorboard_progress.py`` checks it), so the launcher may import
+numpy or tensorflow; ``tests/run/test_tensorboard_progress.py`` checks it), so the launcher may import
 this module.
 """
 

@@ -52,7 +52,7 @@ class LaunchFields(Protocol):
     def nnodes(self) -> int: ...
 
 
-# Every field of the spec is in exactly one of these two lists (tests/test_cli.py checks), so a new
+# Every field of the spec is in exactly one of these two lists (tests/cli/test_cli.py checks), so a new
 # field must be classified. What may differ per node: its index, the interpreter's path and the
 # environment on that machine (NCCL_SOCKET_IFNAME names its interface), where it mounts the shared
 # log directory, and -- under torchrun, whose rendezvous sums the world size -- its process count.

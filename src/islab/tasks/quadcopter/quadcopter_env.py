@@ -38,7 +38,7 @@ principal inertia) is integrated with PhysX's own scheme, for all envs at once:
 Without the rescale, explicit Euler on w x Iw grows |L| by a factor (1 + dt^2 |w|^2 sin^2) per
 step; with it |L| is kept exactly and, for a 6 rad/s torque-free tumble at dt = 0.01 s, the
 world-frame angular momentum stays within 2 % and the energy within 3 % over 2 s (first-order
-scheme, as PhysX's; ``tests/test_quadcopter.py`` checks both). Quaternions are (w, x, y, z), Isaac Lab's
+scheme, as PhysX's; ``tests/envs/test_quadcopter.py`` checks both). Quaternions are (w, x, y, z), Isaac Lab's
 order. Not modelled: the ground (the band terminates the episode before the drone reaches it),
 rotor spin (the four rotors' spins cancel), drag and PhysX's velocity damping.
 

@@ -1,0 +1,268 @@
+"""``islab-train sweep`` before anything runs: SWEEP.yaml's schema, the trial plan, the dry run, bad
+input (exit 2, nothing started) and the missing ``[sweep]`` extra. No Ray, no training: fast.
+
+The real runs (Ray, trials training) are in tests/sweep/test_sweep_ray.py.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+from paths import REPO
+
+from islab.spec.agent_config import parse_override
+from islab.sweep.curves import config_band
+from islab.sweep.load import parse_sweep
+from islab.sweep.schema import SweepSpec
+from islab.sweep.summary import summarize
+from islab.sweep.trials import configurations, draw, override_text
+
+EXAMPLE = REPO / "configs" / "sweeps" / "cartpole-lr.yaml"
+
+BASE = {
+    "run": {"lib": "rsl_rl", "device": "cpu", "nproc_per_node": 1, "num_envs": 16, "max_iterations": 3},
+    "seeds": 2,
+    "search": {"algorithm.learning_rate": [1.0e-3, 3.0e-3]},
+    "cpus_per_trial": 1,
+}
+
+
+def write_sweep(tmp_path: Path, **changes) -> Path:
+    data = {**BASE, **changes}
+    data = {key: value for key, value in data.items() if value is not None}
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch, clean_environment):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+# -- the plan (pure) -----------------------------------------------------------------------------
+
+
+def test_grid_times_seeds_gives_every_configuration_with_every_seed():
+    spec = parse_sweep({**BASE, "seeds": [7, 9], "search": {"a.x": [1, 2, 3], "a.y": ["p", "q"]}}, "s.yaml")
+    configs = configurations(spec)
+    assert configs == [{"a.x": x, "a.y": y} for x in (1, 2, 3) for y in ("p", "q")]
+    assert spec.seed_list == [7, 9]
+    assert parse_sweep({**BASE, "seeds": 3}, "s.yaml").seed_list == [1, 2, 3]
+
+
+def test_distributions_are_drawn_within_bounds_reproducibly_and_samples_per_grid_point():
+    search = {"a.lr": [1, 2], "a.ent": {"loguniform": [1.0e-4, 1.0e-2]}, "a.n": {"randint": [2, 5]}}
+    spec = parse_sweep({**BASE, "search": search, "samples": 3}, "s.yaml")
+    configs = configurations(spec)
+    assert len(configs) == 2 * 3  # grid points x samples
+    assert all(1.0e-4 <= c["a.ent"] <= 1.0e-2 and c["a.n"] in (2, 3, 4) for c in configs)
+    assert configs == configurations(spec)  # the same file gives the same plan (--resume relies on it)
+    other = parse_sweep({**BASE, "search": search, "samples": 3, "search_seed": 1}, "s.yaml")
+    assert configurations(other) != configs
+    random_spec = parse_sweep({**BASE, "search": search, "samples": 5, "searcher": "random"}, "s.yaml")
+    assert len(configurations(random_spec)) == 5
+    assert all(c["a.lr"] in (1, 2) for c in configurations(random_spec))
+
+
+@pytest.mark.parametrize("value", [3.0e-4, 1.0e-3, 0.5, 7, True, "elu", [32, 32]])
+def test_override_text_reads_back_as_the_same_value(value):
+    key, parsed = parse_override(override_text("algorithm.x", value))
+    assert (key, parsed) == ("algorithm.x", value)
+
+
+def test_uniform_draws_stay_inside_their_bounds():
+    space = SweepSpec.model_validate({**BASE, "search": {"a.b": {"uniform": [0.2, 0.3]}}}).search["a.b"]
+    rng = random.Random(0)
+    assert all(0.2 <= draw(space, rng) <= 0.3 for _ in range(200))
+
+
+def test_threads_variable_is_the_workers():
+    from islab.sweep.trials import THREADS_VARIABLE
+    from islab.worker.context import THREADS_VARIABLE as WORKER_THREADS_VARIABLE
+
+    assert THREADS_VARIABLE == WORKER_THREADS_VARIABLE
+
+
+# -- the dry run ----------------------------------------------------------------------------------
+
+
+def test_dry_run_lists_every_trial_paste_safe_and_starts_nothing(in_tmp, islab):
+    path = write_sweep(in_tmp, run={**BASE["run"], "env": {"NOTE": "a b'c"}})
+    before = {child.pid for child in psutil.Process().children(recursive=True)}
+    code, out, err = islab("sweep", str(path), "--dry-run")
+    assert code == 0, err
+    assert {child.pid for child in psutil.Process().children(recursive=True)} <= before
+    assert not (in_tmp / "logs").exists()  # not even the sweep directory
+    commands = [line for line in out.splitlines() if line and not line.startswith("#")]
+    assert len(commands) == 4
+    assert all(line.startswith("# ") for line in out.splitlines() if line and line not in commands)
+    for number, line in enumerate(commands):
+        words = shlex.split(line)
+        assert words[:2] == ["NOTE=a b'c", "ISLAB_THREADS_PER_RANK=1"]
+        assert words[2] == "islab-train"
+        assert f"--seed {1 + number % 2}" in line
+    # a printed command is one islab-train accepts as it stands
+    words = shlex.split(commands[3])
+    code, plan_out, err = islab(*words[3:], "--dry-run", "--json")
+    assert code == 0, err
+    assert "algorithm.learning_rate=0.003" in " ".join(json.loads(plan_out)["nodes"][0]["argv"])
+
+
+def test_dry_run_json_names_config_seed_resources_and_argv(in_tmp, islab):
+    code, out, err = islab("sweep", str(write_sweep(in_tmp, cpus_per_trial=2)), "--dry-run", "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    trials = plan["trials"]
+    assert [(t["config"]["algorithm.learning_rate"], t["seed"]) for t in trials] == [
+        (1.0e-3, 1), (1.0e-3, 2), (3.0e-3, 1), (3.0e-3, 2),
+    ]  # fmt: skip
+    assert all(t["resources"] == {"cpu": 2.0, "gpu": 0.0} for t in trials)
+    assert trials[0]["argv"][:3] == [sys.executable, "-m", "islab.cli"]
+    assert trials[0]["env"]["ISLAB_THREADS_PER_RANK"] == "2"
+    assert len({t["id"] for t in trials}) == 4
+
+
+def test_the_example_sweep_plans():
+    result = subprocess.run(
+        [sys.executable, "-m", "islab.cli", "sweep", str(EXAMPLE), "--dry-run", "--json"],
+        capture_output=True, text=True, cwd=REPO, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert len(json.loads(result.stdout)["trials"]) == 9
+
+
+def test_dry_run_imports_neither_torch_nor_ray(tmp_path):
+    path = write_sweep(tmp_path)
+    probe = (
+        "import sys; from islab import cli; "
+        f"assert cli.run(['sweep', {str(path)!r}, '--dry-run']) == 0; "
+        "heavy = [m for m in ('torch', 'ray', 'optuna', 'numpy') if m in sys.modules]; "
+        "assert not heavy, heavy"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+# -- bad input: exit 2, one line naming the field, nothing started ---------------------------------
+
+BAD = {
+    "unknown top-level key": ({"seed": 3}, "sweep.yaml: seed: unknown key", "did you mean 'seeds'?"),
+    "unknown metric key": ({"metric": {"nam": "x"}}, "sweep.yaml: metric.nam: unknown key", "name"),
+    "override key the agent config lacks": (
+        {"search": {"algorithm.learnin_rate": [1.0e-3]}},
+        "sweep.yaml: search.algorithm.learnin_rate: the agent config has no key 'algorithm.learnin_rate'",
+        "algorithm.learning_rate",
+    ),
+    "unknown run field": ({"run": {**BASE["run"], "num_env": 4}}, "run.num_env", "num_envs"),
+    "loguniform from zero": (
+        {"search": {"algorithm.entropy_coef": {"loguniform": [0, 0.01]}}},
+        "sweep.yaml: search.algorithm.entropy_coef",
+        "positive",
+    ),
+    "bounds reversed": (
+        {"search": {"algorithm.entropy_coef": {"uniform": [0.5, 0.1]}}},
+        "sweep.yaml: search.algorithm.entropy_coef",
+        "low must be below high",
+    ),
+    "two distributions in one": (
+        {"search": {"algorithm.entropy_coef": {"uniform": [0.1, 0.5], "randint": [1, 3]}}},
+        "sweep.yaml: search.algorithm.entropy_coef",
+        "exactly one",
+    ),
+    "seed in the base run": ({"run": {**BASE["run"], "seed": 3}}, "sweep.yaml: run.seed", "seeds:"),
+    "multi-node trial": ({"run": {**BASE["run"], "nnodes": 2}}, "sweep.yaml: run.nnodes", "one-node"),
+    "samples with a pure grid": ({"samples": 4}, "sweep.yaml: samples", "distribution"),
+    "unknown searcher": ({"searcher": "bayes"}, "sweep.yaml: searcher", "optuna"),
+    "repeated seed": ({"seeds": [1, 1]}, "sweep.yaml: seeds", "once"),
+}
+
+
+@pytest.mark.parametrize("changes, field, hint", BAD.values(), ids=BAD.keys())
+def test_bad_sweep_file_exits_2_naming_the_field(in_tmp, islab, changes, field, hint):
+    for dry_run in (["--dry-run"], []):
+        code, _out, err = islab("sweep", str(write_sweep(in_tmp, **changes)), *dry_run)
+        assert code == 2, err
+        assert field in err and hint in err, err
+        assert err.startswith("error: ") and "Traceback" not in err
+        assert not (in_tmp / "logs").exists()
+
+
+RESOURCES = {
+    "fractional GPUs above one": (
+        {"device": "cuda", "nproc_per_node": 2},
+        {"trials_per_gpu": 0.3},
+        "0,1,2,3,4,5,6,7",
+        "whole GPUs",
+    ),
+    "more GPUs than the machine has": ({"device": "cuda", "nproc_per_node": 2}, {"trials_per_gpu": 0.5}, "0", "has 1"),
+    "ranks sharing a GPU": ({"device": "cuda", "nproc_per_node": 2}, {"trials_per_gpu": 2}, "0,1", "share"),
+    "more cores than the machine has": ({}, {"cpus_per_trial": 4096}, "", "cpus_per_trial"),
+}
+
+
+@pytest.mark.parametrize("run, changes, gpus, hint", RESOURCES.values(), ids=RESOURCES.keys())
+def test_trials_that_cannot_fit_the_machine_exit_2_before_ray_starts(
+    in_tmp, islab, monkeypatch, run, changes, gpus, hint
+):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", gpus)
+    path = write_sweep(in_tmp, run={**BASE["run"], **run}, **changes)
+    code, _out, err = islab("sweep", str(path))
+    assert code == 2, err
+    assert hint in err and "sweep.yaml: " in err, err
+    assert "ray" not in sys.modules or not __import__("ray").is_initialized()
+    assert not (in_tmp / "logs").exists()
+
+
+def test_without_the_sweep_extra_it_names_the_extra_and_exits_2(in_tmp, islab, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # find_spec reports it missing
+    code, _out, err = islab("sweep", str(write_sweep(in_tmp)))
+    assert code == 2
+    assert "[sweep]" in err and "islab-train[sweep]" in err, err
+    assert not (in_tmp / "logs").exists()
+    code, _out, err = islab("sweep", str(write_sweep(in_tmp)), "--dry-run")  # the dry run needs no Ray
+    assert code == 0, err
+
+
+def test_resume_of_a_directory_that_is_no_sweep_exits_2(in_tmp, islab):
+    code, _out, err = islab("sweep", "--resume", str(in_tmp))
+    assert code == 2 and "--resume" in err and "sweep-state.json" in err, err
+
+
+# -- the summary (pure) ---------------------------------------------------------------------------
+
+
+def _record(ident, config, seed, status, metric, curve=()):
+    return {"id": ident, "config": config, "seed": seed, "status": status, "metric": metric, "curve": list(curve)}
+
+
+def test_summary_groups_seeds_ranks_configs_and_names_the_best_command():
+    records = [
+        _record("c00-s1", {"lr": 1}, 1, "finished", 10.0),
+        _record("c00-s2", {"lr": 1}, 2, "finished", 20.0),
+        _record("c01-s1", {"lr": 2}, 1, "finished", 30.0),
+        _record("c01-s2", {"lr": 2}, 2, "failed", None),
+        _record("c02-s1", {"lr": 3}, 1, "failed", None),
+    ]
+    result = summarize(records, mode="max", commands={"c01-s1": "islab-train --seed 1 lr=2"})
+    assert [c["config"] for c in result["configs"]] == [{"lr": 2}, {"lr": 1}, {"lr": 3}]
+    assert result["configs"][1]["metric_mean"] == 15.0 and result["configs"][1]["metric_std"] == 5.0
+    assert result["configs"][0]["finished"] == 1 and result["configs"][0]["seeds"] == [1, 2]
+    assert result["configs"][2]["metric_mean"] is None
+    assert result["best"] == {"config": {"lr": 2}, "metric_mean": 30.0, "command": "islab-train --seed 1 lr=2"}
+    lowest = summarize(records, mode="min", commands={})
+    assert lowest["configs"][0]["config"] == {"lr": 1}
+
+
+def test_curve_band_spans_the_seeds_min_to_max():
+    steps, mean, low, high = config_band([[[100, 1.0], [200, 3.0]], [[100, 3.0], [200, 5.0], [300, 9.0]]])
+    assert steps == [100, 200] and mean == [2.0, 4.0] and low == [1.0, 3.0] and high == [3.0, 5.0]
