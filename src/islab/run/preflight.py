@@ -21,7 +21,7 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from islab.doctor.probes import connect_state
 from islab.plan.launch_plan import LaunchPlan
@@ -148,7 +148,3 @@ def run_preflight(plan: LaunchPlan, node_rank: int, timeout_s: int) -> Preflight
     ])  # fmt: skip
     return PreflightOutcome(1, failed, message, seconds)
 
-
-def announce(outcome: PreflightOutcome, err: IO[str]) -> None:
-    err.write(outcome.message + "\n")
-    err.flush()
