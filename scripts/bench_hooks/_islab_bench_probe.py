@@ -75,9 +75,11 @@ def _timed(function: Callable[..., Any], bucket: str, name: str, block: bool = F
 
 
 def _patch_skrl_jax() -> None:
-    """skrl-JAX's collectives: ``Model.broadcast_parameters`` (skrl's own, at start) and islab's two
-    cached pmaps (every gradient psum, stock or fused, the KL psum and the normalizer all_gather go
-    through them; ``Model.reduce_parameters`` is islab's call of the psum, so it is not timed twice)."""
+    """skrl-JAX's collectives: ``Model.broadcast_parameters`` (skrl's own, at start), the host-level
+    ``process_allgather`` / ``broadcast_one_to_all`` of ``jax.experimental.multihost_utils`` (islab's
+    preemption vote once per iteration, checkpoint agreement) and islab's two cached pmaps (every
+    gradient psum, stock or fused, the KL psum and the normalizer all_gather go through them;
+    ``Model.reduce_parameters`` is islab's call of the psum, so it is not timed twice)."""
     import sys
 
     module = sys.modules.get("skrl.models.jax.base")
@@ -88,6 +90,13 @@ def _patch_skrl_jax() -> None:
     current = model.broadcast_parameters
     if not getattr(current, "__islab_bench_timed__", False):
         model.broadcast_parameters = _timed(current, "collective", "jax.broadcast_parameters", block=True)
+    # islab's own host-level agreements (the per-iteration preemption vote, islab.worker.collectives)
+    from jax.experimental import multihost_utils
+
+    for name in ("process_allgather", "broadcast_one_to_all"):
+        current = getattr(multihost_utils, name)
+        if not getattr(current, "__islab_bench_timed__", False):
+            setattr(multihost_utils, name, _timed(current, "collective", f"jax.{name}"))
     for name in ("_psum_across_processes", "_all_gather_across_processes"):
         build = getattr(islab_jax, name)
         if getattr(build, "__islab_bench_timed__", False):
