@@ -16,7 +16,7 @@ import pytest
 from islab import rundir
 from islab.plan.launch_plan import LaunchPlan, NodePlan
 from islab.run import console as display
-from islab.run import supervise
+from islab.run import curves, formatting, supervise
 from islab.rundir import latest_checkpoint
 
 PY = sys.executable
@@ -47,18 +47,18 @@ def test_progress_reader_waits_for_whole_lines(tmp_path):
 
 
 def test_plain_line_and_eta():
-    line = display.plain_line(record(5))
+    line = formatting.plain_line(record(5))
     assert line == ("islab-train: iteration 5/20 (25%) | 30.0k env steps/s | mean return 50.00 | "
                     "elapsed 2s | ETA 8s")  # fmt: skip
-    assert display.eta_s(record(5)) == pytest.approx(15 * 16384 / 30005)  # 15 iterations at the latest pace
-    assert display.eta_s({"iteration": 0, "max_iterations": 5, "time_s": 0}) is None
-    assert display.eta_s({"iteration": 2, "max_iterations": 4, "time_s": 3.0}) == pytest.approx(3.0)  # no rate
+    assert formatting.eta_s(record(5)) == pytest.approx(15 * 16384 / 30005)  # 15 iterations at the latest pace
+    assert formatting.eta_s({"iteration": 0, "max_iterations": 5, "time_s": 0}) is None
+    assert formatting.eta_s({"iteration": 2, "max_iterations": 4, "time_s": 3.0}) == pytest.approx(3.0)  # no rate
     # a first iteration that took 100 s of warm-up, then 1 s each: the ETA is the pace now, not the average
     warmed_up = {"iteration": 2, "max_iterations": 10, "env_steps": 2000, "steps_per_s": 1000.0, "time_s": 101.0}
-    assert display.eta_s(warmed_up) == pytest.approx(8.0)
-    assert "mean return -" in display.plain_line(record(1, mean_return=None))
-    assert display.format_duration(3725) == "1h02m05s"
-    assert display.format_rate(2_500_000) == "2.50M"
+    assert formatting.eta_s(warmed_up) == pytest.approx(8.0)
+    assert "mean return -" in formatting.plain_line(record(1, mean_return=None))
+    assert formatting.format_duration(3725) == "1h02m05s"
+    assert formatting.format_rate(2_500_000) == "2.50M"
 
 
 def test_route_line_and_policy():
@@ -75,16 +75,16 @@ def test_summary_rows_and_resume_hint():
                "world_size": 2, "env_steps_per_s": 29789.1}  # fmt: skip
     resume = display.resume_command("/r")
     assert resume == "islab-train --resume /r"  # the run directory alone: no options repeated
-    rows = dict(display.summary_rows(summary, "/r", resume))
+    rows = dict(formatting.summary_rows(summary, "/r", resume))
     assert rows["wall time"] == "11s" and rows["env steps (all ranks)"] == "327,680"
     assert rows["env steps/s"] == "29.8k" and rows["final mean return"] == "108.70"
     assert rows["checkpoint"] == "/r/m.pt" and rows["run directory"] == "/r" and "resume" in rows
 
 
 def test_curves_png(tmp_path):
-    path = display.write_curves([record(i) for i in range(1, 6)], tmp_path / "curves.png")
+    path = curves.write_curves([record(i) for i in range(1, 6)], tmp_path / "curves.png")
     assert path is not None and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert display.write_curves([], tmp_path / "none.png") is None
+    assert curves.write_curves([], tmp_path / "none.png") is None
 
 
 def test_plain_view_prints_at_most_once_per_interval(tmp_path):
@@ -217,7 +217,7 @@ def test_curves_keep_the_last_record_of_a_redone_iteration(tmp_path, monkeypatch
     records = [{"iteration": i, "mean_return": float(i), "steps_per_s": 1.0} for i in (1, 2, 3)] + [
         {"iteration": i, "mean_return": 10.0 * i, "steps_per_s": 2.0} for i in (3, 4)
     ]  # restart after 2
-    from islab.run.console import write_curves
+    from islab.run.curves import write_curves
 
     assert write_curves(records, tmp_path / "curves.png").is_file()
     assert plotted[0] == ([1, 2, 3, 4], [1.0, 2.0, 30.0, 40.0])
@@ -234,14 +234,14 @@ def test_curves_mark_each_resume(tmp_path, monkeypatch):
     # each process reports time_s from its own start: 3 iterations, then a resume at 4, another at 6
     records = [{"iteration": i, "mean_return": 1.0, "time_s": t} for i, t in
                [(1, 1.0), (2, 2.0), (3, 3.0), (4, 0.5), (5, 1.5), (6, 0.4)]]  # fmt: skip
-    assert display.resume_points(records) == [4, 6]
-    assert display.write_curves(records, tmp_path / "curves.png").is_file()
+    assert curves.resume_points(records) == [4, 6]
+    assert curves.write_curves(records, tmp_path / "curves.png").is_file()
     assert sorted(set(marks)) == [3.5, 5.5] and len(marks) == 4  # on both plots
 
 
 def test_summary_shows_the_checkpoint_resume_uses():
     """The table names summary.json's ``checkpoint`` (the islab one), never the library's file."""
-    from islab.run.console import summary_rows
+    from islab.run.formatting import summary_rows
 
     summary = {"checkpoint": "/r/checkpoints/latest.pt", "library_checkpoint": "/r/model_11.pt"}
     rows = dict(summary_rows(summary, "/r", "islab-train --resume /r"))

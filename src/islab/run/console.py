@@ -10,17 +10,17 @@ and rank 0 appends one JSON line per iteration to ``<run_dir>/progress.jsonl`` (
 * elsewhere (CI logs, ``| tee``), a **plain line** every ``interval_s`` seconds when there is
   news, and the last one at the end -- no escape codes, one line per report;
 * at the end, a **summary table** from ``summary.json`` (wall time, env steps, steps/s, final mean
-  return, checkpoint, run directory, the command that resumes) and **curves.png** (return and
-  steps/s per iteration) drawn from ``progress.jsonl``. The launcher on node 0 writes it, from
-  rank 0's file, after the ranks have exited -- so no rank pays for matplotlib.
+  return, checkpoint, run directory, the command that resumes) and **curves.png**
+  (:mod:`islab.run.curves`). The launcher on node 0 writes it, from rank 0's file, after the
+  ranks have exited -- so no rank pays for matplotlib.
 
-Decisions are pure functions (:func:`plain_line`, :func:`eta_s`, :func:`summary_rows`,
-:func:`route_line`); Rich and matplotlib are imported only when something is drawn.
+Which lines pass is decided by pure functions (:func:`route_line`, :class:`ConsolePolicy`); the
+numbers are worded by :mod:`islab.run.formatting`. Rich and matplotlib are imported only when
+something is drawn.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 import re
@@ -29,18 +29,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO, Any, Literal
 
-from islab.rundir import (
-    CURVES_FILE,
-    SUMMARY_CHECKPOINT,
-    ProgressReader,
-    curves_path,
-    progress_path,
-    read_progress,
-    read_summary,
-)
+from islab.run.curves import write_curves
+from islab.run.formatting import eta_s, format_duration, format_rate, format_return, plain_line, summary_rows
+from islab.rundir import CURVES_FILE, ProgressReader, curves_path, progress_path, read_progress, read_summary
 
 DEFAULT_PLAIN_INTERVAL_S = 10.0
 # torchrun --tee prefixes every line of a worker with "[<role><local_rank>]:"
@@ -97,94 +90,10 @@ def rank_prefix(rank: int | None) -> str:
     return "" if rank is None else f"[rank {rank}] "
 
 
-# ----------------------------------------------------------------------------------------------
-# Formatting (pure)
-# ----------------------------------------------------------------------------------------------
-
-
-def format_duration(seconds: float | None) -> str:
-    if seconds is None or not math.isfinite(seconds) or seconds < 0:
-        return "-"
-    seconds = round(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m{secs:02d}s"
-    if minutes:
-        return f"{minutes}m{secs:02d}s"
-    return f"{secs}s"
-
-
-def format_rate(value: float | None) -> str:
-    if value is None or not math.isfinite(value):
-        return "-"
-    if value >= 1e6:
-        return f"{value / 1e6:.2f}M"
-    if value >= 1e4:
-        return f"{value / 1e3:.1f}k"
-    return f"{value:,.0f}"
-
-
-def format_return(value: float | None) -> str:
-    return "-" if value is None or not math.isfinite(value) else f"{value:.2f}"
-
-
-def eta_s(record: Mapping[str, Any]) -> float | None:
-    """Remaining time at the pace of the latest iteration (env steps per iteration / its steps/s):
-    the average since the start would carry the first iteration's one-off warm-up (compilation,
-    allocation) into every estimate -- a 23-minute first ETA for a 2-minute run. Without a rate,
-    the average pace so far."""
-    iteration, total, elapsed = record.get("iteration"), record.get("max_iterations"), record.get("time_s")
-    if not iteration or not total or iteration <= 0:
-        return None
-    env_steps, rate = record.get("env_steps"), record.get("steps_per_s")
-    if env_steps and rate and rate > 0:
-        return max(0.0, float(env_steps) / iteration / float(rate) * (total - iteration))
-    if elapsed is None:
-        return None
-    return max(0.0, float(elapsed) / iteration * (total - iteration))
-
-
-def plain_line(record: Mapping[str, Any]) -> str:
-    """One progress report for logs: ``iteration 12/150 (8%) | 123.4k steps/s | ...``."""
-    iteration, total = record.get("iteration", 0), record.get("max_iterations") or 0
-    percent = f" ({100 * iteration / total:.0f}%)" if total else ""
-    return (
-        f"islab-train: iteration {iteration}/{total or '?'}{percent} | "
-        f"{format_rate(record.get('steps_per_s'))} env steps/s | "
-        f"mean return {format_return(record.get('mean_return'))} | "
-        f"elapsed {format_duration(record.get('time_s'))} | ETA {format_duration(eta_s(record))}"
-    )
-
-
 def resume_command(run_dir: str) -> str:
     """The command that continues this run: the run directory alone (its stored spec holds the
     rest, see :mod:`islab.resolve.resumed`), absolute so that it works from any directory."""
     return shlex.join(["islab-train", "--resume", os.path.abspath(run_dir)])
-
-
-def summary_rows(summary: Mapping[str, Any], run_dir: str, resume: str | None) -> list[tuple[str, str]]:
-    """The end-of-run table as (label, value) rows, from rank 0's ``summary.json``."""
-    wall = summary.get("wall_s")
-    steps = summary.get("env_steps")
-    rate = summary.get("env_steps_per_s")
-    if rate is None and steps and wall:
-        rate = steps / wall
-    rows = [
-        ("iterations", str(summary.get("iterations", "-"))),
-        ("wall time", format_duration(wall)),
-        ("env steps (all ranks)", f"{steps:,}" if isinstance(steps, int) else "-"),
-        ("env steps/s", format_rate(rate)),
-        ("final mean return", format_return(summary.get("mean_return"))),
-        ("ranks", str(summary.get("world_size", "-"))),
-        # the islab checkpoint, the one summary.json names (--resume, play and export read it)
-        ("checkpoint", str(summary.get(SUMMARY_CHECKPOINT) or "-")),
-        ("run directory", run_dir),
-    ]
-    if resume:
-        # the command itself goes under the table, unwrapped, so it can be copied
-        rows.append(("resume", "the command below"))
-    return rows
 
 
 # ----------------------------------------------------------------------------------------------
@@ -325,56 +234,6 @@ def render_summary(rows: Iterable[tuple[str, str]], out: IO[str], *, tty: bool) 
     for label, value in rows:
         table.add_row(label, value)
     console.print(table)
-
-
-def resume_points(records: Sequence[Mapping[str, Any]]) -> list[int]:
-    """The first iteration of every later process of the run (a resume or an elastic restart):
-    each process reports ``time_s`` from its own start, so the clock going back marks one."""
-    return [
-        int(later["iteration"])
-        for earlier, later in itertools.pairwise(records)
-        if (later.get("time_s") or 0.0) < (earlier.get("time_s") or 0.0)
-    ]
-
-
-def write_curves(records: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
-    """``curves.png``: mean return and env steps/s per iteration. None when there is nothing."""
-    if not records:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display, no GUI toolkit
-    import matplotlib.pyplot as plt
-
-    resumed_at = resume_points(records)
-    # After an elastic restart the redone iterations appear twice; the later record is the kept one.
-    records = list({record["iteration"]: record for record in records}.values())
-    records.sort(key=lambda record: record["iteration"])
-    iterations = [record["iteration"] for record in records]
-    returns = [record.get("mean_return") for record in records]
-    rates = [record.get("steps_per_s") for record in records]
-    figure, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-    top.plot(iterations, [math.nan if value is None else value for value in returns], color="tab:blue")
-    top.set_ylabel("mean episode return")
-    top.grid(alpha=0.3)
-    bottom.plot(iterations, [math.nan if value is None else value for value in rates], color="tab:orange")
-    bottom.set_ylabel("env steps/s (all ranks)")
-    bottom.set_xlabel("iteration")
-    bottom.grid(alpha=0.3)
-    for number, iteration in enumerate(resumed_at):  # a resume or restart: a dashed line on both plots
-        for axes in (top, bottom):
-            axes.axvline(iteration - 0.5, color="gray", linestyle="--", linewidth=1,
-                         label="resumed" if number == 0 and axes is top else None)  # fmt: skip
-    if resumed_at:
-        top.legend(loc="lower right")
-    figure.suptitle(Path(path).parent.name)
-    figure.tight_layout()
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    figure.savefig(tmp, dpi=100)
-    plt.close(figure)
-    tmp.replace(path)
-    return path
 
 
 def finish(run_dir: str, out: IO[str], *, tty: bool, resume: str | None, records: Sequence[Mapping[str, Any]]) -> None:
