@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import socket
 import stat
@@ -388,6 +389,50 @@ def test_real_worker_crash_names_the_rank(tmp_path):
     assert message, result.stderr[-3000:]
     assert "rank 1 failed" in message[0] and "rank_1.log" in message[0]
     assert "rank_0.log" not in message[0]  # rank 0 was only stopped by torchrun
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("args", "fault", "cause"),
+    [
+        # a user's mistake that passes the pre-launch type check and fails in the library (torch's Adam)
+        (["algorithm.learning_rate=-1"], {}, "ValueError: Invalid learning rate: -1"),
+        # rank 0 raises after its first iteration: the progress shown before the failure stays
+        (
+            [],
+            {"ISLAB_TEST_CRASH_RANK": "0", "ISLAB_TEST_CRASH_AT_ITERATION": "1"},
+            "RuntimeError: test fault injection",
+        ),
+    ],
+    ids=["bad-override", "raises-mid-training"],
+)
+def test_failing_rank_is_one_line_with_its_log_not_its_traceback(tmp_path, args, fault, cause):
+    """Issue 23 item 13: rank 0's stderr reaches the console, but its traceback becomes one line (the
+    exception and the log holding the rest), no tail of its log is quoted, and the error line names
+    node, rank, exception and log; the log keeps the whole traceback."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ISLAB_")} | fault | {"CUDA_VISIBLE_DEVICES": ""}
+    result = subprocess.run(
+        [sys.executable, "-m", "islab.cli", "--lib", "rsl_rl", "--device", "cpu", "--nproc", "2", "--num-envs", "16",
+         "--max-iterations", "3", "--log-dir", str(tmp_path), *args],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr[-3000:]
+    console = result.stdout + result.stderr
+    for dump in ("Traceback", 'File "', "last lines of", "last output of", "ChildFailedError", "closing signal"):
+        assert dump not in console, console
+    log = next(tmp_path.glob("rsl_rl/*/*/logs/rank_0.log"))
+    assert "Traceback (most recent call last)" in log.read_text() and cause in log.read_text()  # kept
+    [note] = [line for line in result.stderr.splitlines() if line.startswith("[rank 0] ") and cause in line]
+    assert note.startswith(f"[rank 0] {cause}") and note.endswith(f"(traceback in {log})"), note
+    error = result.stderr.rstrip().splitlines()[-1]
+    assert error.startswith("error: training failed on node 0"), error
+    # "rank R failed with ...", or "ranks 0, 1 failed (rank R with ...)": with the bad override both
+    # ranks raise it, and the earlier error file names the rank
+    named = re.search(rf"rank (\d) (failed )?with {re.escape(cause)}", error)
+    assert named, error
+    assert str(log.with_name(f"rank_{named.group(1)}.log")) in error, error
+    if fault:
+        assert "islab-train: iteration 1/3" in result.stdout, result.stdout  # progress before the failure
 
 
 def test_shell_completion_offers_the_choices():

@@ -70,6 +70,34 @@ def test_route_line_and_policy():
     assert everything.shows(1, "out")
 
 
+def test_a_ranks_traceback_is_condensed_to_its_exception_and_log():
+    """Issue 23 item 13: a traceback reaches the console as one line, its exception and the rank's log
+    (which keeps it whole); the rank's other lines pass as they are."""
+    condenser = display.TracebackCondenser("/r")
+    plain = ["step 1", "Traceback (most recent call last):", '  File "a.py", line 1, in <module>', "    f()",
+             "    ^^^", "", "KeyError: 'x'", "", "During handling of the above exception, another exception occurred:",
+             "", "Traceback (most recent call last):", '  File "b.py", line 2', "RuntimeError: yes", "  indented",
+             "step 2"]  # fmt: skip
+    assert [condenser.condense(0, line) for line in plain] == [
+        "step 1", None, None, None, None, None, "KeyError: 'x' (traceback in /r/logs/rank_0.log)", None, None, None,
+        None, None, "RuntimeError: yes (traceback in /r/logs/rank_0.log)", None, "step 2",
+    ]  # fmt: skip
+    # torch's excepthook prefixes every line of the block, the message's further lines included
+    hooked = ["[rank1]: Traceback (most recent call last):", '[rank1]:   File "w.py", line 9', "[rank1]: ValueError: a",
+              "[rank1]: second line of the message", "", "after it"]  # fmt: skip
+    assert [condenser.condense(1, line) for line in hooked] == [
+        None,
+        None,
+        "ValueError: a (traceback in /r/logs/rank_1.log)",
+        None,
+        None,
+        "after it",
+    ]
+    assert (
+        condenser.condense(0, "  an indented line outside a traceback\n") == "  an indented line outside a traceback\n"
+    )
+
+
 def test_summary_rows_and_resume_hint():
     summary = {"iterations": 20, "env_steps": 327680, "wall_s": 11.0, "mean_return": 108.7, "checkpoint": "/r/m.pt",
                "world_size": 2, "env_steps_per_s": 29789.1}  # fmt: skip
@@ -126,11 +154,13 @@ args = sys.argv[1:]
 assert args[:2] == ["--tee", "3"], args  # the supervisor asks torchrun to label rank lines
 run_dir = args[args.index("--run-dir") + 1]
 fail = "--fail" in args
+exit_code = args[args.index("--rank1-exits") + 1] if "--rank1-exits" in args else None  # no traceback: a code
 os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
 print("torchrun banner", file=sys.stderr, flush=True)
 for rank in (0, 1):
     with open(os.path.join(run_dir, "logs", f"rank_{rank}.log"), "w") as log:
         crash = "Traceback (most recent call last):\\nValueError: boom\\n" if fail and rank == 1 else ""
+        crash += "rank 1 gave up: no such file\\n" if exit_code and rank == 1 else ""
         log.write(f"rank {rank} log line\\n" + crash)
 for i in range(1, 4):
     print(f"[default0]:rank0 stdout {i}", flush=True)
@@ -142,6 +172,10 @@ for i in range(1, 4):
 print("[default0]:rank0 warning on stderr", file=sys.stderr, flush=True)
 print("[default1]:rank1 warning on stderr", file=sys.stderr, flush=True)
 if fail:
+    sys.exit(1)
+if exit_code:  # torchrun's failure summary, as it prints one for a rank that left no error file
+    print(f"ChildFailedError:\\nRoot Cause (first observed failure):\\n[0]:\\n  rank      : 1 (local_rank: 1)\\n"
+          f"  exitcode  : {exit_code} (pid: 7)", file=sys.stderr, flush=True)
     sys.exit(1)
 json.dump({"iterations": 3, "env_steps": 300, "wall_s": 0.3, "mean_return": 3.0, "checkpoint": "ck.pt",
            "world_size": 2, "env_steps_per_s": 1000.0}, open(os.path.join(run_dir, "summary.json"), "w"))
@@ -190,11 +224,12 @@ def test_all_ranks_prefixes_every_line(tmp_path):
     assert "[rank 1] rank1 warning on stderr" in err
 
 
-def test_failure_names_the_rank_and_quotes_its_log(tmp_path):
+def test_failure_names_the_rank_its_exception_and_log(tmp_path):
     plan = fake_plan(tmp_path, "--fail")
     code, out, err = run(plan, all_ranks=False)
     assert code == 1
-    assert "rank 1 failed" in err and "ValueError: boom" in err
+    assert "rank 1 failed with ValueError: boom" in err
+    assert "last lines of" not in err and "rank 1 log line" not in err  # the cause is named: no tail
     assert "run finished" not in out  # no summary for a failed run
     assert "no checkpoint was written yet" in err
     latest_checkpoint(plan.run_dir).parent.mkdir(parents=True, exist_ok=True)
@@ -202,6 +237,17 @@ def test_failure_names_the_rank_and_quotes_its_log(tmp_path):
     code, out, err = run(plan, all_ranks=False)  # with a checkpoint, the failure says how to go on
     assert code == 1 and f"to resume this run:\n  islab-train --resume {os.path.abspath(plan.run_dir)}\n" in err
     assert err.rstrip().splitlines()[-1].startswith("error: ") and "rank 1" in err.splitlines()[-1], err  # still last
+
+
+@pytest.mark.parametrize(("exit_code", "tail"), [("1", True), ("-9", False)])
+def test_failures_tail_only_when_nothing_else_names_the_cause(tmp_path, exit_code, tail):
+    """A rank that exited with a code and no traceback: its log's last lines are the one clue, printed
+    above the error line; killed by a signal, the error line says so and no tail is printed."""
+    code, _, err = run(fake_plan(tmp_path, "--rank1-exits", exit_code), all_ranks=False)
+    assert code == 1
+    assert ("rank 1 gave up: no such file" in err) is tail and ("last lines of" in err) is tail, err
+    assert err.rstrip().splitlines()[-1].startswith("error: training failed on node 0"), err
+    assert ("SIGKILL" in err.splitlines()[-1]) is not tail, err
 
 
 def test_curves_keep_the_last_record_of_a_redone_iteration(tmp_path, monkeypatch):

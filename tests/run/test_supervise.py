@@ -436,7 +436,7 @@ def test_skrl_jax_blames_the_killed_rank_not_the_one_that_lost_its_peer():
 def test_torchruns_failure_dump_stays_off_the_console_while_the_ranks_lines_pass(tmp_path):
     """Issue 23 item 13: a failed rank's cause is the supervisor's one error line (rank, exception from
     the error file, log); torchrun's own error record, traceback and ChildFailedError table are not
-    printed again (lines as torch 2.13's torchrun writes them)."""
+    printed again (lines as torch 2.13's torchrun writes them), and rank 0's traceback is one line."""
     from collections import deque
 
     from islab.run.console import ConsolePolicy, RunView
@@ -444,8 +444,11 @@ def test_torchruns_failure_dump_stays_off_the_console_while_the_ranks_lines_pass
 
     output = [
         "[default0]:[islab] rank 0/2 on cpu",
-        "[default0]:Traceback (most recent call last):",
-        "[default0]:ValueError: could not convert string to float: 'abc'",
+        "[default0]:[rank0]: Traceback (most recent call last):",
+        '[default0]:[rank0]:   File "/src/islab/worker/__main__.py", line 181, in run',
+        "[default0]:[rank0]: ValueError: could not convert string to float: 'abc'",
+        "W1125 15:31:00.100000 4242 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 4244 "
+        "closing signal SIGTERM",
         "E1125 15:31:00.123000 4242 torch/distributed/elastic/multiprocessing/api.py:882] failed (exitcode: 1) "
         "local_rank: 0 (pid: 4243) of binary: /usr/bin/python",
         "Traceback (most recent call last):",
@@ -462,7 +465,12 @@ def test_torchruns_failure_dump_stays_off_the_console_while_the_ranks_lines_pass
     child = Child(("torchrun",), {}, rank=None, first_rank=0)
     _pump(pipe, sink, "err", child, tail, view, ConsolePolicy(), lambda rank, line: None, lambda: False)
     shown = sink.getvalue()
-    assert "ValueError: could not convert string to float: 'abc'" in shown  # rank 0's own words pass
-    for dump in ("failed (exitcode: 1)", "ChildFailedError", "_run_module_as_main", "Failures:", "rank      : 1"):
+    log = rundir.rank_log(str(tmp_path), 0)
+    # rank 0's own words pass, its traceback as one line naming the log that holds it
+    assert (
+        shown.splitlines()[1] == f"[rank 0] ValueError: could not convert string to float: 'abc' (traceback in {log})"
+    )
+    for dump in ("Traceback", "__main__.py", "closing signal", "failed (exitcode: 1)", "ChildFailedError",
+                 "_run_module_as_main", "Failures:", "rank      : 1"):  # fmt: skip
         assert dump not in shown, shown
     assert list(tail)[-1] == "  rank      : 1 (local_rank: 1)"  # still read to name the failed rank

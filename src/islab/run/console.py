@@ -33,7 +33,15 @@ from typing import IO, Any, Literal
 
 from islab.run.curves import write_curves
 from islab.run.formatting import eta_s, format_duration, format_rate, format_return, plain_line, summary_rows
-from islab.rundir import CURVES_FILE, ProgressReader, curves_path, progress_path, read_progress, read_summary
+from islab.rundir import (
+    CURVES_FILE,
+    ProgressReader,
+    curves_path,
+    progress_path,
+    rank_log,
+    read_progress,
+    read_summary,
+)
 
 DEFAULT_PLAIN_INTERVAL_S = 10.0
 # torchrun --tee prefixes every line of a worker with "[<role><local_rank>]:"
@@ -45,6 +53,11 @@ _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 # A log record below WARNING, as Python logging formats it in the libraries: "[skrl:INFO] ...",
 # "INFO:root:...", "2026-... - INFO - ..." (checked after the colour codes are gone).
 _QUIET_RECORD = re.compile(r"^\s*(\[[\w.]+:(INFO|DEBUG)\]|(INFO|DEBUG):|\S.*? - (INFO|DEBUG) - )")
+# torch.distributed's excepthook (set by init_process_group) writes an uncaught exception with every
+# non-empty line prefixed "[rank<R>]: ", which marks the whole block, message lines included.
+_EXCEPTHOOK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
+_TRACEBACK_START = "Traceback (most recent call last)"
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 
 
 def strip_ansi(text: str) -> str:
@@ -63,8 +76,9 @@ def _is_tty(sink: IO[str]) -> bool:
 
 @dataclass(frozen=True)
 class ConsolePolicy:
-    """Default: the launcher's own lines, and rank 0's stderr (warnings, tracebacks); every rank's
-    full output is in its log file. ``all_ranks``: every line of every rank, prefixed."""
+    """Default: the launcher's own lines, and rank 0's stderr (warnings; a traceback as one line, see
+    :class:`TracebackCondenser`); every rank's full output is in its log file. ``all_ranks``: every
+    line of every rank, prefixed, tracebacks whole."""
 
     all_ranks: bool = False
 
@@ -84,6 +98,48 @@ def route_line(line: str, first_rank: int) -> tuple[int | None, str]:
     if match is None:
         return None, line
     return first_rank + int(match.group(1)), match.group(2)
+
+
+class TracebackCondenser:
+    """A rank's Python tracebacks, one line each on the console (issue 23 item 13).
+
+    A rank that raises prints 10-40 lines of frames; the supervisor's error line at the end names the
+    failed rank, its exception and its log. So by default a traceback is shown as its exception and
+    the log that holds the rest -- ``ValueError: Invalid learning rate: -1 (traceback in
+    <run_dir>/logs/rank_0.log)`` -- which also keeps a traceback that does not end the rank (a
+    library's caught and printed error) in sight. The rank logs keep every line. Fed every line of
+    one output stream in order, per rank."""
+
+    def __init__(self, run_dir: str) -> None:
+        self.run_dir = run_dir
+        # rank -> (past the exception line, the block carries torch's excepthook prefix); absent: not in one
+        self._inside: dict[int, tuple[bool, bool]] = {}
+
+    def condense(self, rank: int, text: str) -> str | None:
+        """What the console shows for this line of ``rank``: the line itself, nothing (a line of a
+        traceback), or, for a traceback's exception line, the one line naming it and the log."""
+        plain = strip_ansi(text).rstrip("\n")
+        prefixed = bool(_EXCEPTHOOK_PREFIX.match(plain))
+        body = _EXCEPTHOOK_PREFIX.sub("", plain, count=1)
+        if body.startswith(_TRACEBACK_START):
+            self._inside[rank] = (False, prefixed)
+            return None
+        if rank not in self._inside:
+            return text
+        raised, block_prefixed = self._inside[rank]
+        indented = not body.strip() or body[0].isspace()  # a frame, a source line, a blank line
+        # torch's block is exactly its prefixed lines; a plain one is the frames, the exception line,
+        # and after it indented lines and a chained exception's link line ("During handling ...").
+        part = (
+            (prefixed or not body.strip()) if block_prefixed else (indented or not raised or body.startswith(_CHAINED))
+        )
+        if not part:  # the rank's ordinary output again
+            del self._inside[rank]
+            return text
+        if not raised and not indented:  # the first unindented line after the frames: the exception
+            self._inside[rank] = (True, block_prefixed)
+            return f"{body.strip()} (traceback in {rank_log(self.run_dir, rank)})"
+        return None
 
 
 def rank_prefix(rank: int | None) -> str:

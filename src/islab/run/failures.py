@@ -78,6 +78,13 @@ def describe_end(exit_code: int | None, exception: str | None) -> str:
     )
 
 
+def cause_named(exit_code: int | None, exception: str | None) -> bool:
+    """Does the error line say what ended the rank: its exception, or the signal that killed it?
+    Only when it does not is the rank's last output printed above it, as the one clue on the
+    console (its log keeps every line either way)."""
+    return bool(exception) or (exit_code is not None and signal_of(exit_code) is not None)
+
+
 def signal_of(code: int) -> int | None:
     """The signal that ended a process, from Popen's returncode (-N) or a shell exit status (128 + N)."""
     if code < 0:

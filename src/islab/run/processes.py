@@ -38,16 +38,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from islab.run.console import ConsolePolicy, RunView, Stream, rank_prefix, route_line
+from islab.run.console import ConsolePolicy, RunView, Stream, TracebackCondenser, rank_prefix, route_line
 from islab.spec.stopping import PREEMPT_GRACE_S, PREEMPT_SIGNALS
 
-# Where a launcher's own report of a failed rank begins (torchrun: the "failed (exitcode: 1)
-# local_rank: R" error record, its traceback, the ChildFailedError table). It repeats what the rank
-# already said, in 30-40 lines; the supervisor's one error line names the rank, its exception (from
-# torch's error file) and its log instead, so the dump is kept off the console (the supervisor still
-# reads it from the output tail to find the failed rank).
+# Where a launcher's own report of a failed rank begins (torchrun: "Sending process P closing signal
+# SIGTERM" to the ranks still running, the "failed (exitcode: 1) local_rank: R" error record, its
+# traceback, the ChildFailedError table). It repeats what the rank already said, in 30-40 lines; the
+# supervisor's one error line names the rank, its exception (from torch's error file) and its log
+# instead, so the dump is kept off the console (the supervisor still reads it from the output tail
+# to find the failed rank).
 _LAUNCHER_FAILURE = re.compile(
     r"failed \(exitcode: -?\d+\) local_rank:|^Traceback \(most recent call last\)|ChildFailedError"
+    r"|Sending process \d+ closing signal"
 )
 
 POLL_INTERVAL_S = 0.05
@@ -279,6 +281,7 @@ def _pump(
     Once islab-train was told to stop, nothing more is shown: the ranks' KeyboardInterrupt and
     torchrun's shutdown tracebacks are the expected end, not news (they stay in the logs)."""
     dumping = False  # torchrun's own failure dump has begun: the rest stays out of the console
+    tracebacks = None if policy.all_ranks else TracebackCondenser(view.run_dir)
     for raw in iter(pipe.readline, b""):
         line = raw.decode("utf-8", errors="replace")
         tail.append(line.rstrip("\n"))
@@ -286,8 +289,11 @@ def _pump(
         line_rank, text = (child.rank, line) if child.first_rank is None else route_line(line, child.first_rank)
         if child.first_rank is not None and line_rank is None and _LAUNCHER_FAILURE.search(text):
             dumping = True
-        if policy.shows(line_rank, stream, text) and not stopping() and not (dumping and line_rank is None):
-            view.emit(rank_prefix(line_rank) + text, sink)
+        shown = text if line_rank is None or tracebacks is None else tracebacks.condense(line_rank, text)
+        if shown is None or stopping() or (dumping and line_rank is None):
+            continue
+        if policy.shows(line_rank, stream, shown):
+            view.emit(rank_prefix(line_rank) + shown, sink)
     pipe.close()
 
 

@@ -18,7 +18,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from islab.run.failures import describe_end, last_exception_line, lost_peer, rendezvous_message, signal_of
+from islab.run.failures import (
+    cause_named,
+    describe_end,
+    last_exception_line,
+    lost_peer,
+    rendezvous_message,
+    signal_of,
+)
 from islab.run.processes import Child, Outcome
 from islab.run.torchrun_node import error_file_failures
 from islab.rundir import rank_log
@@ -114,7 +121,7 @@ class SkrlJaxNode:
         rank, status = self.node.ranks[failed], outcome.statuses[failed]
         lines = list(outcome.tails[failed])
         exception = exception_of(failed)
-        if lines:
+        if lines and not cause_named(status, exception):  # its exception or its signal says it otherwise
             err.write(f"  last output of rank {rank.global_rank}:\n" + "".join(f"    {line}\n" for line in lines[-20:]))
         # "RuntimeError: boom", or 137 -> -9 -> "killed by SIGKILL"
         signum = signal_of(status)

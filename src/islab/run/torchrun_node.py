@@ -25,6 +25,7 @@ from typing import IO, TYPE_CHECKING, NamedTuple
 from islab.plan.torchrun import nproc_of, ranks_env, supervised_argv
 from islab.run.console import route_line
 from islab.run.failures import (
+    cause_named,
     describe_end,
     failed_ranks_from_logs,
     last_exception_line,
@@ -219,7 +220,7 @@ class TorchrunNode:
         if failures:
             log_lines = log_tail(run_dir, failures[0][0], lines=200)
             exception = exception or last_exception_line(log_lines)
-            if not all_ranks and log_lines:
+            if not all_ranks and log_lines and not cause_named(failures[0][1], exception):
                 # The log's last lines first, so that the error itself is the last thing printed.
                 err.write(f"  last lines of {rank_log(run_dir, failures[0][0])}:\n")
                 err.write("".join(f"    {line}\n" for line in log_lines[-15:]))
