@@ -10,7 +10,8 @@ mjlab is missing. The rest need mjlab and skip without it, except in CI's mjlab 
 * each task's rsl_rl config is mjlab's registered runner config; rl_games' and skrl's carry its
   network sizes, learning rate, gamma, lambda, clip, epochs and minibatches;
 * the env bridge exposes the actor group as "policy", the critic group as "critic";
-* every trainable mjlab task trains one iteration on one CPU rank with rsl_rl;
+* every trainable mjlab task trains one iteration on one CPU rank with rsl_rl, and Warp's
+  missing-CUDA-driver warning stays off the console of such CPU runs (it goes to the rank log);
 * every library path trains 2 ranks x 4 envs x 2 iterations of Mjlab-Cartpole-Balance and of Go1
   flat with one policy digest on both ranks (Go1's configs normalize observations, for every
   library: our normalizer sync is what keeps the digests equal), and each Go1 run resumed with
@@ -49,6 +50,8 @@ IMAGES = ("Mjlab-Lift-Cube-Yam-Depth", "Mjlab-Lift-Cube-Yam-Rgb", "Mjlab-Multi-C
 MOTIONS = ("Mjlab-Tracking-Flat-Unitree-G1", "Mjlab-Tracking-Flat-Unitree-G1-No-State-Estimation")
 TRAINABLE = [task for task in ANNOUNCED if task not in IMAGES + MOTIONS]
 ISLAB_TRAIN = [sys.executable, "-m", "islab.cli"]
+# What Warp's native init prints without a CUDA driver (warp/native/cuda_util.cpp)
+WARP_NO_DRIVER = "Warp CUDA warning: Could not find or load the NVIDIA CUDA driver"
 
 
 def test_mjlab_tasks_are_announced_listed_and_refused_without_mjlab(islab, monkeypatch) -> None:
@@ -158,6 +161,25 @@ def test_env_bridge_groups_spaces_and_episode_log(task_id: str, sizes: tuple[int
     env.close()
 
 
+@needs_mjlab
+def test_warps_missing_driver_warning_leaves_stderr_on_cpu_ranks_only() -> None:
+    """Issue 23 item 16: on a CPU rank Warp's "Could not find or load the NVIDIA CUDA driver" goes to
+    stdout (the rank log, off the console); a GPU rank's stays on stderr, where it means trouble."""
+
+    def init(device: str) -> subprocess.CompletedProcess:
+        code = f"from islab.tasks.mjlab.mjlab_env import init_warp; init_warp({device!r})"
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+
+    gpu = init("cuda:0")
+    assert gpu.returncode == 0, gpu.stderr[-3000:]
+    if WARP_NO_DRIVER not in gpu.stderr:
+        pytest.skip("Warp finds a CUDA driver on this machine: it has no warning to move")
+    cpu = init("cpu")
+    assert cpu.returncode == 0, cpu.stderr[-3000:]
+    assert WARP_NO_DRIVER not in cpu.stderr, cpu.stderr
+    assert WARP_NO_DRIVER in cpu.stdout, cpu.stdout  # moved, not dropped: the worker tees stdout to the rank log
+
+
 def launch(
     tmp_path: Path, lib: str, framework: str, task: str, *extra: str, ranks: int = 2, envs: int = 4, iterations: int = 2
 ) -> subprocess.CompletedProcess:
@@ -184,6 +206,7 @@ def test_every_trainable_mjlab_task_trains_one_iteration_with_rsl_rl(tmp_path: P
     (run_dir,) = (tmp_path / "logs" / "rsl_rl" / task).glob("*_mj")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (summary["iteration"], summary["world_size"]) == (1, 1)
+    assert WARP_NO_DRIVER not in done.stderr, done.stderr  # a CPU run: not on the console (issue 23 item 16)
 
 
 @needs_mjlab

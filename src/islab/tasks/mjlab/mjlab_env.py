@@ -23,11 +23,16 @@ mjlab's ``ManagerBasedRlEnv`` already steps like Isaac Lab's: batched tensors on
   islab checkpoint's torch RNG state covers it.
 * Warp compiles its kernels on first use (Go1: ~25 s once); point ``WARP_CACHE_PATH`` at a
   directory that survives between runs. ``MJLAB_WARP_QUIET=1`` silences its per-kernel lines.
+* On a CPU rank of a machine without the CUDA driver, Warp's "Could not find or load the NVIDIA
+  CUDA driver" warning is moved from stderr (the console) to stdout (the rank log), see
+  :func:`init_warp`.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import tempfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +43,12 @@ import torch
 from islab.envs.base import EPISODES_ENDED
 
 os.environ.setdefault("MJLAB_WARP_QUIET", "1")  # before mjlab configures Warp at import
+
+# Written by Warp's native library (warp/native/cuda_util.cpp, init_cuda_driver) with fprintf(stderr)
+# when dlopen finds no libcuda.so / libcuda.so.1. Runtime() calls it through wp_init -> cuda_init
+# unconditionally: neither warp.config.log_level nor the warp.config.quiet that mjlab sets (gone
+# from Warp 1.19) reaches it, and Warp reads no environment variable for it.
+WARP_NO_DRIVER = "Warp CUDA warning: Could not find or load the NVIDIA CUDA driver"
 
 # mjlab's observation groups -> ours. Our env contract (Isaac Lab's) names the actor's group
 # "policy"; the critic's (privileged) group keeps its name, which skrl reads as the state.
@@ -76,6 +87,35 @@ def unavailable_reason(task_id: str) -> str | None:
     return None
 
 
+def init_warp(device: str) -> None:
+    """Start Warp's runtime now (``wp.init``; mjlab would on building the env). On a CPU rank, Warp's
+    missing-CUDA-driver warning is news to no one and, on stderr, it reached the console by rank 0's
+    default; so what Warp's native init writes to file descriptor 2 is caught, that one warning
+    goes to stdout (the rank log keeps it -- where the worker's tee never saw it, as native code
+    writes past ``sys.stderr``) and anything else back to stderr. On a GPU rank the warning
+    means the run cannot work, so nothing is moved."""
+    import warp as wp
+
+    if torch.device(device).type != "cpu":
+        wp.init()
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            wp.init()  # a no-op when Warp already runs: then nothing is written
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        caught.seek(0)
+        text = caught.read().decode("utf-8", errors="replace")
+    for line in text.splitlines(keepends=True):
+        sink = sys.stdout if line.startswith(WARP_NO_DRIVER) else sys.stderr
+        sink.write(line)
+        sink.flush()
+
+
 def _box(space: Any) -> gymnasium.spaces.Box:
     shape = tuple(int(size) for size in space.shape)
     return gymnasium.spaces.Box(-np.inf, np.inf, shape=shape, dtype=np.float32)
@@ -94,6 +134,7 @@ class MjlabEnv:
         from mjlab.tasks.registry import load_env_cfg
 
         task_id, num_envs = cfg.mjlab_task, cfg.num_envs
+        init_warp(str(device))
         env_cfg = load_env_cfg(task_id)
         env_cfg.scene.num_envs = num_envs
         env_cfg.seed = cfg.seed
