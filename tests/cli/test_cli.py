@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from child_env import child_env
 from paths import REPO
 
 WORKER_MAIN = REPO / "src" / "islab" / "worker" / "__main__.py"
@@ -410,7 +411,7 @@ def test_failing_rank_is_one_line_with_its_log_not_its_traceback(tmp_path, args,
     """Issue 23 item 13: rank 0's stderr reaches the console, but its traceback becomes one line (the
     exception and the log holding the rest), no tail of its log is quoted, and the error line names
     node, rank, exception and log; the log keeps the whole traceback."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ISLAB_")} | fault | {"CUDA_VISIBLE_DEVICES": ""}
+    env = child_env() | fault | {"CUDA_VISIBLE_DEVICES": ""}
     result = subprocess.run(
         [sys.executable, "-m", "islab.cli", "--lib", "rsl_rl", "--device", "cpu", "--nproc", "2", "--num-envs", "16",
          "--max-iterations", "3", "--log-dir", str(tmp_path), *args],
