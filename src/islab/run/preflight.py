@@ -147,4 +147,3 @@ def run_preflight(plan: LaunchPlan, node_rank: int, timeout_s: int) -> Preflight
         f"  probe logs: {where}; preflight.json in the run directory; --preflight off skips this check.",
     ])  # fmt: skip
     return PreflightOutcome(1, failed, message, seconds)
-
