@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from islab.libs.registry import LIBRARIES
-from islab.spec.agent_config import AgentConfigError
+from islab.spec.overrides import AgentConfigError
 
 
 def rollout_length(lib: str, agent_cfg: Mapping[str, Any]) -> int:
