@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from islab.plan import skrl_jax
 from islab.plan.launch_plan import LaunchPlan
 from islab.plan.plan import TO_TARGET_TEXT
-from islab.resolve.resolve import ResolvedSpec
+from islab.resolve.resolved import ResolvedSpec
 from islab.spec.issues import mask_env
 from islab.spec.run_spec import WORKER_ONLY_FIELDS
 from islab.spec.text import comment, shell_join, shell_quote

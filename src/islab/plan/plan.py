@@ -29,7 +29,7 @@ from islab.plan import skrl_jax, torchrun
 from islab.plan.launch_plan import LaunchPlan, NodePlan, RankLaunch
 from islab.resolve.isaaclab import tensorboard_root
 from islab.resolve.layers import Source
-from islab.resolve.pipeline import ResolvedSpec
+from islab.resolve.resolved import ResolvedSpec
 from islab.spec.addresses import join_host_port, split_host_port
 from islab.spec.agent_config import load_agent_config
 from islab.spec.budget import Budget

@@ -21,40 +21,20 @@ value came from".
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from islab.resolve.agreement import node_agreement_issue
 from islab.resolve.edge import DiskEdge, Edge
 from islab.resolve.layers import Layer, Merged, Source, merge
 from islab.resolve.messages import label_of
+from islab.resolve.resolved import ResolvedSpec
 from islab.resolve.sources import AllocationSource, allocation_layers, cluster_layer, resume_value, resumed_layer
 from islab.resolve.steps import apply_presets, derive, disk_issue, resumed_issue, validate
 from islab.spec.issues import Issue, SpecError
-from islab.spec.run_spec import FIELDS, MODULE_PATTERN, RunSpec
+from islab.spec.run_spec import MODULE_PATTERN
 from islab.tasks import TaskRegistrationError
-
-
-@dataclass(frozen=True)
-class ResolvedSpec:
-    """The validated spec plus, per dotted field name, which layer supplied it."""
-
-    spec: RunSpec
-    sources: Mapping[str, Source] = field(default_factory=dict)
-    origins: Mapping[str, str] = field(default_factory=dict)
-    cluster_file: str | None = None
-
-    def explain(self) -> list[tuple[str, Any, Source]]:
-        """(field, value, source) for every field, in schema order; secrets masked."""
-        plain = self.spec.to_plain()
-        rows = []
-        for name in FIELDS:
-            section, _, key = name.rpartition(".")
-            value = plain[section][key] if section else plain[key]
-            rows.append((name, value, self.sources.get(name, Source.DEFAULT)))
-        return rows
 
 
 @dataclass(frozen=True)
