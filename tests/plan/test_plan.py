@@ -22,6 +22,8 @@ from islab.plan.dry_run import format_json, format_text, shell_line
 from islab.plan.launch_issues import launch_issues
 from islab.plan.plan import build_plan, plan_env
 from islab.resolve.resolve import Provided, ResolvedSpec, resolve_spec
+from islab.spec.budget import Budget
+from islab.spec.run_spec import RunSpec
 from islab.worker import ENTRY_SCRIPT
 
 NOW = datetime(2026, 3, 4, 5, 6, 7)
@@ -495,6 +497,20 @@ def test_dry_run_shows_the_budget_with_the_overridden_rollout():
     assert (budget["iterations"], budget["world_size"], budget["rollout_length"]) == (62, 2, 8)
     assert budget["env_steps"] == 1015808 >= budget["total_env_steps"] == 1_000_000
     assert budget["max_iterations"] is None
+
+
+def test_the_planner_counts_the_rollout_length_resolution_read_and_reads_no_agent_config():
+    spec = resolved(device="cpu", nproc_per_node=2).spec
+    assert spec.rollout_length == 16  # rsl_rl's num_steps_per_env in Cartpole's agent config, read by the edge
+    assert plan_budget(spec).rollout_length == 16
+    assert plan_budget(spec.with_rollout_length(5)).rollout_length == 5  # the value handed in, not the file's
+    assert plan_budget(spec.model_copy(update={"lib": "skrl"})).rollout_length == 16  # not re-read (skrl: 32)
+    assert RunSpec.model_validate(spec.model_dump()).rollout_length is None  # not an input: no dump carries it
+    assert plan_budget(RunSpec.model_validate(spec.model_dump())) is None  # built in code: no budget
+
+
+def plan_budget(spec: RunSpec) -> Budget | None:
+    return build_plan(spec, now=NOW, free_port=FREE_PORT).budget
 
 
 def test_dry_run_of_an_elastic_job_leaves_the_iterations_to_the_run():

@@ -60,6 +60,9 @@ class MemoryEdge:
     def add_task_module(self, module: str) -> None:
         self.asked.append(f"task module {module}")
 
+    def task_ids(self) -> Sequence[str]:
+        return ("Islab-Cartpole-v0", "Other-v0")
+
     def task_default_envs(self, task: str) -> int | None:
         return {"Islab-Cartpole-v0": 4096, "Other-v0": 7}.get(task)
 
@@ -80,6 +83,9 @@ class MemoryEdge:
 
     def rollout_problem(self, lib: str, task: str, overrides: Sequence[str]) -> AgentConfigError | None:
         return self.rollout
+
+    def rollout_length(self, lib: str, task: str, overrides: Sequence[str]) -> int:
+        return 16
 
     def agent_config_path(self, lib: str, task: str) -> Path:
         return Path(f"/agents/{lib}.yaml")
@@ -191,6 +197,16 @@ def test_validation_names_the_field_as_the_user_gave_it() -> None:
     assert caught.value.issues[0].field == "num_envs (ISLAB_NUM_ENVS)"
 
 
+def test_the_task_is_checked_against_the_ids_the_edge_read() -> None:
+    assert validate(Merged({"num_envs": 4, "task": "Other-v0"}), ("Islab-Cartpole-v0", "Other-v0")).task == "Other-v0"
+    with pytest.raises(SpecError) as caught:
+        validate(Merged({"num_envs": 4, "task": "Othr-v0"}, {}, {"task": "--task"}), ("Islab-Cartpole-v0", "Other-v0"))
+    issue = caught.value.issues[0]
+    assert (issue.field, issue.problem) == ("task (--task)", "unknown task 'Othr-v0'")
+    assert "Other-v0" in issue.fix and "Known tasks: Islab-Cartpole-v0, Other-v0" in issue.fix
+    assert validate(Merged({"num_envs": 4, "task": "Othr-v0"})).task == "Othr-v0"  # no ids: the schema cannot tell
+
+
 # -- checks -------------------------------------------------------------------------------------------------
 
 
@@ -248,6 +264,11 @@ def test_the_pipeline_runs_from_memory_and_keeps_where_each_value_came_from() ->
     assert (resolved.spec.seed, resolved.spec.nnodes, resolved.spec.node_rank) == (7, 2, 1)
     assert resolved.sources["nnodes"] is Source.SLURM and resolved.sources["device"] is Source.FILE
     assert resolved.origins["seed"] == "--seed" and edge.asked == ["read /c.yaml"]
+    assert resolved.spec.rollout_length == 16  # the edge's, for the planner's budget
+    with pytest.raises(SpecError, match="unknown task 'Nope-v0'"):  # the edge's ids
+        resolve(Inputs(layer(Source.CLI, "--task", task="Nope-v0")), edge)
+    script = resolve(Inputs(layer(Source.CLI, "--script", entrypoint={"script": "t.py"})), edge).spec
+    assert script.rollout_length is None  # a user's entry point: no budget to count
     # without the allocation the same command line disagrees with the file: checked per node
     with pytest.raises(SpecError, match=r"every node of the c\.yaml job"):
         resolve(Inputs(layer(Source.CLI, "--seed", seed=7, node_rank=1), cluster_file=Path("/c.yaml")), edge)

@@ -10,8 +10,10 @@ from pydantic import ValidationError
 
 from islab.resolve.resolve import Provided, Source, resolve_spec
 from islab.spec.addresses import is_valid_host, split_host_port
+from islab.spec.fields import DEFAULT_TASK, FALLBACK_NUM_ENVS
 from islab.spec.issues import SpecError, mask_env
 from islab.spec.run_spec import RunSpec
+from islab.tasks import default_num_envs
 
 
 def cli(**values: object) -> dict[str, Provided]:
@@ -78,6 +80,12 @@ def test_rendezvous_is_merged_field_by_field(tmp_path):
 
 def test_num_envs_default_follows_the_task(tmp_path):
     assert resolve_spec(cli(task="Islab-Cartpole-v0")).spec.num_envs == 4096
+
+
+def test_the_schemas_fallback_env_count_is_the_default_tasks():
+    """The schema reads no task: where no task's default reaches ``num_envs`` (a spec built in code, a
+    user's entry point) its fallback stands, and ``--help`` states it as the default task's count."""
+    assert RunSpec().num_envs == FALLBACK_NUM_ENVS == default_num_envs(DEFAULT_TASK)
 
 
 def test_spec_is_frozen_and_strict():
@@ -285,7 +293,8 @@ def test_elastic_nnodes_range_with_c10d():
     ).spec
     assert (spec.min_nnodes, spec.nnodes, spec.nnodes_text, spec.elastic) == (1, 3, "1:3", True)
     assert spec.model_dump()["nnodes"] == "1:3" and "min_nnodes" not in spec.model_dump()
-    assert RunSpec.model_validate(spec.model_dump()) == spec  # round trip
+    # round trip: the dump carries every input (the rollout length is the agent config's, read by resolution)
+    assert RunSpec.model_validate(spec.model_dump()).model_dump() == spec.model_dump()
     fixed = resolve_spec(cli(nnodes="2:2", rendezvous__master_addr="10.0.0.1")).spec
     assert (fixed.nnodes, fixed.min_nnodes, fixed.elastic) == (2, None, False)
 

@@ -7,8 +7,8 @@ Which launcher a library uses is the library registry's one decision
 launcher's own module writes its command (:mod:`islab.plan.torchrun`,
 :mod:`islab.plan.skrl_jax`) and everything later reads the plan.
 
-Everything in this module is a pure function of its inputs -- the spec, the clock and a port the
-caller found free (and the agent-config YAML the spec names, for the budget's rollout length) --
+Everything in this module is a pure function of its inputs -- the spec (with the agent config's
+rollout length that resolution read for the budget), the clock and a port the caller found free --
 so the same inputs always give the same plan and tests need no machine state.
 Probing ports, counting GPUs and starting processes happen at the edges (:mod:`islab.doctor.probes`,
 :mod:`islab.run.supervise`). No torch import here, and nothing from the rank side.
@@ -31,7 +31,6 @@ from islab.resolve.isaaclab import tensorboard_root
 from islab.resolve.layers import Source
 from islab.resolve.resolved import ResolvedSpec
 from islab.spec.addresses import join_host_port, split_host_port
-from islab.spec.agent_config import load_agent_config
 from islab.spec.budget import Budget
 from islab.spec.fields import (
     DEFAULT_C10D_ID,
@@ -203,15 +202,16 @@ def worker_args(spec: RunSpec, run_dir: str, *, to_target: bool = False) -> list
     return to_argv(values)
 
 
-def budget_of(spec: RunSpec) -> Budget:
-    """The job's sample budget. The world size is known here unless the node count is elastic;
-    reading the agent config (for the rollout length) is a YAML read, no torch."""
-    agent_cfg = load_agent_config(spec.lib, spec.task, spec.overrides)
+def budget_of(spec: RunSpec) -> Budget | None:
+    """The job's sample budget. The world size is known here unless the node count is elastic; the
+    rollout length is the agent config's, which resolution read (:meth:`RunSpec.with_rollout_length`):
+    a spec built in code without it has no budget."""
+    if spec.rollout_length is None:
+        return None
     low = (spec.min_nnodes or spec.nnodes) * spec.nproc_per_node
     high = spec.nnodes * spec.nproc_per_node
-    return Budget.of(
-        spec.lib,
-        agent_cfg,
+    return Budget.of_rollout(
+        spec.rollout_length,
         num_envs=spec.num_envs,
         world_size=(low, high),
         max_iterations=spec.max_iterations if spec.total_env_steps is None else None,

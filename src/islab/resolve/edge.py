@@ -9,13 +9,18 @@ answers from memory, so each step runs alone without files on disk.
 ``resumed_run``            ``--resume``: the run directory and its stored spec (launch.yaml)
 ``isaaclab``               ``--isaaclab DIR``: Isaac Lab's train scripts and registered tasks
 ``add_task_module``        ``--task-module``: its tasks join the registry (read statically)
+``task_ids``               every task id announced (entry-point metadata and ``--task-module``)
 ``task_default_envs``      a registered task's default environment count
 ``checkpoint_exists``      a ``--resume`` path holds a checkpoint (run dir -> latest.pt)
 ``missing_extra``          the task's extra is installed (checked without importing it)
 ``module_installed``       e.g. wandb for ``--logger wandb``
 ``configured_libraries``   which libraries the task has an agent config for
 ``rollout_problem``        the agent config takes the overrides and gives a rollout length
+``rollout_length``         that rollout length, which the planner's budget counts with
 =========================  ==============================================================
+
+What the schema and the planner need of the machine reaches them as the plain values these return
+(:mod:`islab.spec.run_spec` says which): they import nothing that reads a task.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ class Edge(Protocol):
     def read_cluster_file(self, path: Path) -> str: ...
     def resumed_run(self, resume: Any) -> tuple[Path | None, dict[str, tuple[Any, str]]]: ...
     def add_task_module(self, module: str) -> None: ...
+    def task_ids(self) -> Sequence[str]: ...
     def task_default_envs(self, task: str) -> int | None: ...
     def task_problem(self, task: str) -> tuple[str, str] | None: ...
     def checkpoint_exists(self, path: str) -> bool: ...
@@ -56,6 +62,7 @@ class Edge(Protocol):
     def module_installed(self, name: str) -> bool: ...
     def configured_libraries(self, task: str) -> Sequence[str]: ...
     def rollout_problem(self, lib: str, task: str, overrides: Sequence[str]) -> AgentConfigError | None: ...
+    def rollout_length(self, lib: str, task: str, overrides: Sequence[str]) -> int: ...
     def agent_config_path(self, lib: str, task: str) -> Path: ...
 
 
@@ -74,6 +81,9 @@ class DiskEdge:
 
     def add_task_module(self, module: str) -> None:
         add_task_module(module)
+
+    def task_ids(self) -> Sequence[str]:
+        return tuple(TASKS)  # in the order entry points list them (the "known tasks" hint keeps it)
 
     def task_default_envs(self, task: str) -> int | None:
         return default_num_envs(task)  # None: the task cannot be read; the disk checks say why
@@ -104,10 +114,14 @@ class DiskEdge:
 
     def rollout_problem(self, lib: str, task: str, overrides: Sequence[str]) -> AgentConfigError | None:
         try:
-            rollout_length(lib, load_agent_config(lib, task, overrides))
+            self.rollout_length(lib, task, overrides)
         except AgentConfigError as error:
             return error
         return None
+
+    def rollout_length(self, lib: str, task: str, overrides: Sequence[str]) -> int:
+        """AgentConfigError when the agent config cannot give one (:meth:`rollout_problem` reports it)."""
+        return rollout_length(lib, load_agent_config(lib, task, overrides))
 
     def agent_config_path(self, lib: str, task: str) -> Path:
         return agent_config_path(lib, task)

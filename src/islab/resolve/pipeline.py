@@ -8,10 +8,12 @@
     presets       --mjlab / --isaaclab -> entry point and its arguments     (islab.resolve.steps)
     task module   --task-module's tasks join the registry                   (the edge)
     derive        the task's default environment count                      (islab.resolve.steps)
-    validate      the schema, errors named with their origin                (islab.resolve.steps)
+    validate      the schema against the installed tasks' ids, errors named with their origin
+                                                                            (islab.resolve.steps)
     checks        a resume keeps its frozen fields; the disk holds what the spec needs
     agreement     one node of a cluster file agrees with the file on shared fields
                                                                             (islab.resolve.agreement)
+    task facts    the agent config's rollout length, for the planner's budget (the edge)
 
 Each step takes immutable values and returns a new one (or raises :class:`SpecError`); what it
 needs from the machine comes from the :class:`~islab.resolve.edge.Edge` passed in. The result,
@@ -64,7 +66,7 @@ def resolve(inputs: Inputs, edge: Edge | None = None) -> ResolvedSpec:
     merged = apply_presets(given, edge)
     announce_task_module(merged, edge)
     merged = derive(merged, edge.task_default_envs)
-    spec = validate(merged)
+    spec = validate(merged, edge.task_ids())
 
     checks = (
         lambda: resumed_issue(spec, stored, merged.origins, run_dir),
@@ -81,6 +83,8 @@ def resolve(inputs: Inputs, edge: Edge | None = None) -> ResolvedSpec:
         issue = check()
         if issue is not None:
             raise SpecError(issue)
+    if spec.entrypoint is None:  # our worker: the planner's budget counts the agent config's rollout
+        spec = spec.with_rollout_length(edge.rollout_length(spec.lib, spec.task, spec.overrides))
     return ResolvedSpec(spec, merged.sources, merged.origins, str(path) if path is not None else None)
 
 

@@ -4,8 +4,8 @@
                        point's arguments; options only our worker knows are refused for a user's
                        entry point (:mod:`islab.resolve.presets`)
 :func:`derive`         values that follow from others: the task's default environment count
-:func:`validate`       the schema (:class:`~islab.spec.run_spec.RunSpec`), once, its errors named
-                       with the field as the user gave it
+:func:`validate`       the schema (:class:`~islab.spec.run_spec.RunSpec`), once, against the
+                       installed tasks' ids; its errors named with the field as the user gave it
 :func:`resumed_issue`  a resume may not change what the checkpoint's state is shaped by
 :func:`disk_issue`     what the installed packages and files must hold: the task's extra, wandb,
                        an agent config that takes the overrides, a checkpoint to resume from
@@ -16,7 +16,7 @@ Each takes what it reads as arguments -- the machine through an :class:`~islab.r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from islab.resolve.presets import apply_isaaclab, apply_mjlab, refuse_worker_onl
 from islab.resolve.resumed import frozen_field_issue
 from islab.spec.fields import DEFAULT_TASK
 from islab.spec.issues import Issue, SpecError
-from islab.spec.run_spec import RunSpec
+from islab.spec.run_spec import TASK_IDS, RunSpec
 
 
 def apply_presets(merged: Merged, edge: Edge) -> Merged:
@@ -49,17 +49,20 @@ def apply_presets(merged: Merged, edge: Edge) -> Merged:
 def derive(merged: Merged, task_default_envs: Any) -> Merged:
     """The default number of environments belongs to the task, so it is filled after merging (and
     after the presets, which hand it to their entry point). ``task_default_envs(task)``: the
-    registered task's count, None for a task the registry does not know (the schema says so)."""
+    registered task's count, None for a task the registry does not know (the schema says so) or cannot
+    read (the disk checks say why); left open, the schema's ``FALLBACK_NUM_ENVS`` stands."""
     if "num_envs" in merged or merged.get("entrypoint"):
         return merged
     count = task_default_envs(merged.get("task", DEFAULT_TASK))
     return merged if count is None else merged.with_changes({"num_envs": count})
 
 
-def validate(merged: Merged) -> RunSpec:
-    """The schema, once; every error named with the field's origin (``--num-envs``, ``ISLAB_SEED``)."""
+def validate(merged: Merged, task_ids: Collection[str] | None = None) -> RunSpec:
+    """The schema, once; every error named with the field's origin (``--num-envs``, ``ISLAB_SEED``).
+    ``task_ids``: the installed tasks (the edge's :meth:`~islab.resolve.edge.Edge.task_ids`), which
+    ``task`` must be one of; None leaves the id unchecked."""
     try:
-        return RunSpec.model_validate(unflatten(merged.values))
+        return RunSpec.model_validate(unflatten(merged.values), context={TASK_IDS: task_ids})
     except ValidationError as exc:
         raise SpecError([issue_from_pydantic(err, merged.origins) for err in exc.errors()]) from None
 

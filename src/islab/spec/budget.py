@@ -77,11 +77,30 @@ class Budget:
         max_iterations: int | None = None,
         total_env_steps: int | None = None,
     ) -> Budget:
-        """Exactly one of ``max_iterations`` / ``total_env_steps``."""
+        """Exactly one of ``max_iterations`` / ``total_env_steps``; the rollout length is ``lib``'s
+        in ``agent_cfg``."""
+        return cls.of_rollout(
+            rollout_length(lib, agent_cfg),
+            num_envs=num_envs,
+            world_size=world_size,
+            max_iterations=max_iterations,
+            total_env_steps=total_env_steps,
+        )
+
+    @classmethod
+    def of_rollout(
+        cls,
+        steps: int,
+        *,
+        num_envs: int,
+        world_size: int | tuple[int, int],
+        max_iterations: int | None = None,
+        total_env_steps: int | None = None,
+    ) -> Budget:
+        """:meth:`of` for a rollout length already read (the launcher's: resolution reads the agent config)."""
         if (max_iterations is None) == (total_env_steps is None):
             raise ValueError("give exactly one of max_iterations and total_env_steps")
         low, high = (world_size, world_size) if isinstance(world_size, int) else world_size
-        steps = rollout_length(lib, agent_cfg)
         iterations = max_iterations
         if total_env_steps is not None and low == high:
             iterations = iterations_for(total_env_steps, world_size=low, num_envs=num_envs, rollout_length=steps)

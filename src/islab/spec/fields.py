@@ -42,6 +42,12 @@ CHOICES: dict[str, tuple[str, ...]] = {
 }
 
 DEFAULT_TASK: str = default_of("task")
+# The env count of a spec that no task's own default reached: one built in code, a user's entry
+# point (never told it), a task whose registration cannot be read (the disk checks then refuse it).
+# Resolution fills in the task's own (islab.resolve.steps.derive): the schema reads no task. Isaac
+# Lab's usual count per GPU, and the default task's (``--help`` states it as such;
+# tests/spec/test_spec.py holds the two equal).
+FALLBACK_NUM_ENVS = 4096
 # Used for a multi-node static rendezvous that names no port: every node must agree on it without
 # talking to each other first, so it cannot be probed. It is torchrun's own default.
 DEFAULT_MULTINODE_MASTER_PORT = 29500

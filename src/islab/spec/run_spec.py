@@ -11,6 +11,14 @@ This module reads no files and knows nothing of where values came from: merging 
 line, SLURM, ``ISLAB_*`` variables, a cluster file and the defaults, and the rules that need
 the disk (the agent config's keys, the ``--resume`` path), live in :mod:`islab.resolve.resolve`.
 
+Nor does it read the task registry. What it needs of the installed tasks is handed in as plain
+values read at the edge of resolution (:mod:`islab.resolve.edge`): the ids a ``task`` is checked
+against (validation context :data:`TASK_IDS`; entry-point metadata, no import), the task's default
+``num_envs`` (filled in before validation) and the agent config's rollout length for the planner's
+budget (:meth:`RunSpec.with_rollout_length`, after the disk checks). A task's size and agent configs
+are read by importing its package in a child process (:mod:`islab.tasks.metadata`), which a pure
+schema, and the planner that imports it, must not start.
+
 Settings that are only known on the machine that launches (a free port, the GPU count, the clock)
 are *not* filled in here: the spec keeps ``None`` for "not given", so the rules "JAX-only option on
 a torch launcher" or "multi-node without a master address" can tell an explicit value from a
@@ -22,16 +30,17 @@ Torch-free, like the whole launcher (``--help``, ``--dry-run`` and spec errors m
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from pydantic import Field, StrictStr, field_serializer, field_validator, model_validator
+from pydantic import Field, PrivateAttr, StrictStr, ValidationInfo, field_serializer, field_validator, model_validator
 
 from islab.libs.registry import LIBRARIES, frameworks_of, launcher_of
 from islab.spec.fields import (
     DEFAULT_TASK,
     ENV_NAME_PATTERN,
+    FALLBACK_NUM_ENVS,
     MODULE_PATTERN,
     OVERRIDE_PATTERN,
     RUN_NAME_PATTERN,
@@ -51,7 +60,10 @@ from islab.spec.issues import mask_env, rule, suggest
 from islab.spec.launch_rules import JOB_VARIABLES, check_jax, check_torchrun
 from islab.spec.text import unsafe_character
 from islab.spec.worker_args import default_of
-from islab.tasks import TASKS, default_num_envs
+
+# The validation context's key for the installed tasks' ids (``RunSpec.model_validate(data,
+# context={TASK_IDS: ids})``); without it, as for a spec built directly in code, ``task`` is taken as given.
+TASK_IDS = "task_ids"
 
 
 class RunSpec(WorkerOptionFields):  # type: ignore[misc, valid-type]
@@ -63,8 +75,9 @@ class RunSpec(WorkerOptionFields):  # type: ignore[misc, valid-type]
     task: StrictStr = DEFAULT_TASK
     # A module that registers tasks without being installed (read statically here, imported by ranks).
     task_module: StrictStr | None = None
-    # The default task's own default, read from its registration only when asked for (a child process).
-    num_envs: Count = Field(default_factory=lambda: default_num_envs(DEFAULT_TASK))
+    # The task's own default when not given, which resolution reads from its registration
+    # (islab.resolve.steps.derive); FALLBACK_NUM_ENVS where no task's reached it.
+    num_envs: Count = FALLBACK_NUM_ENVS
     seed: NonNegative = default_of("seed")
     # Per run: every rank does this many updates. Ignored when ``total_env_steps`` is given (the
     # worker derives the iterations from it); giving both is an error.
@@ -105,6 +118,9 @@ class RunSpec(WorkerOptionFields):  # type: ignore[misc, valid-type]
     isaaclab: StrictStr | None = None
     # The mjlab preset: mjlab's own `train` console script (resolve turns it into the entry point).
     mjlab: bool = False
+    # Not an input key, and not in a dump: a fact of this machine's agent config that resolution reads
+    # at its edge (see with_rollout_length).
+    _rollout_length: int | None = PrivateAttr(default=None)
 
     # -- single fields --------------------------------------------------------------------------
 
@@ -169,19 +185,33 @@ class RunSpec(WorkerOptionFields):  # type: ignore[misc, valid-type]
         return launcher_of(self.lib, self.ml_framework)
 
     @property
+    def rollout_length(self) -> int | None:
+        """Env steps per env per iteration in the agent config of (lib, task, overrides), which the
+        planner's budget multiplies by; None when the spec was not given it (a user's entry point
+        runs instead of our worker, or the spec was built in code rather than resolved)."""
+        return self._rollout_length
+
+    def with_rollout_length(self, steps: int) -> RunSpec:
+        """A copy of this spec that knows its agent config's rollout length (read by resolution)."""
+        known = self.model_copy()
+        known._rollout_length = steps
+        return known
+
+    @property
     def nnodes_text(self) -> str:
         """``nnodes`` as torchrun's ``--nnodes`` takes it: ``"2"`` or ``"1:2"``."""
         return str(self.nnodes) if self.min_nnodes is None else f"{self.min_nnodes}:{self.nnodes}"
 
     @field_validator("task")
     @classmethod
-    def _known_task(cls, value: str) -> str:
-        if value not in TASKS:
-            hint = suggest(value, list(TASKS))
+    def _known_task(cls, value: str, info: ValidationInfo) -> str:
+        known: Collection[str] | None = (info.context or {}).get(TASK_IDS)
+        if known is not None and value not in known:
+            hint = suggest(value, list(known))
             raise rule(
                 "task",
                 f"unknown task {value!r}",
-                f"{hint + ' ' if hint else ''}Known tasks: {', '.join(TASKS)}",
+                f"{hint + ' ' if hint else ''}Known tasks: {', '.join(known)}",
             )
         return value
 

@@ -99,7 +99,7 @@ WORKER_ARGS: tuple[WorkerArg, ...] = (
               required=True),
     WorkerArg("--task-module", "import MOD from the working directory first: a module that registers tasks "
               "without being installed", field="task_module", emit=Emit.GIVEN, metavar="MOD"),
-    # No default here: the spec's default is the default task's own number (islab.tasks).
+    # No default here: the spec's is the task's own, which resolution reads (islab.resolve.steps.derive).
     WorkerArg("--num-envs", "environments on this rank", int, field="num_envs", required=True),
     WorkerArg("--seed", "base seed; each rank adds its global rank", int, default=42, field="seed"),
     # The worker turns a budget into iterations once it knows the world size it got.
