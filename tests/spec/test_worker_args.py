@@ -123,7 +123,7 @@ def test_the_spec_and_the_other_readers_use_the_tables_defaults():
 
 
 def test_an_argument_at_its_default_is_left_out_when_the_table_says_so():
-    values = values_from(RunSpec(python="/py").model_dump(), run_dir="r", distributed=True)
+    values = values_from(RunSpec(python="/py").model_dump(), run_dir="r", distributed=True, peer_timeout=600)
     quiet = [arg for arg in WORKER_ARGS if arg.emit is Emit.NOT_DEFAULT]
     assert quiet, "the table has no argument written only when it differs from its default"
     for arg in quiet:

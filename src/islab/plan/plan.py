@@ -195,8 +195,7 @@ def worker_args(spec: RunSpec, run_dir: str, *, to_target: bool = False) -> list
     """The worker command line of docs/ARCHITECTURE.md (after ``-m islab.worker`` / the script),
     written from the one table of worker arguments (:mod:`islab.spec.worker_args`). ``to_target``:
     resuming alone, so no length (the worker trains to the checkpoint's target)."""
-    values = values_from(spec.model_dump(), run_dir=run_dir, distributed=True)
-    values["peer_timeout"] = rendezvous_timeout_of(spec)  # a collective waits as long as the nodes do
+    values = values_from(spec.model_dump(), run_dir=run_dir, distributed=True, peer_timeout=rendezvous_timeout_of(spec))
     if to_target:
         values["max_iterations"] = values["total_env_steps"] = None
     return to_argv(values)

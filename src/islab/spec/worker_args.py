@@ -122,10 +122,11 @@ WORKER_ARGS: tuple[WorkerArg, ...] = (
     WorkerArg("--logger", "wandb: rank 0 also logs every iteration to one Weights & Biases run per run directory",
               default="tensorboard", field="logger", emit=Emit.NOT_DEFAULT, choices=("tensorboard", "wandb")),
     # A collective waits as long as the rendezvous does: a vanished node fails the job, not hangs it.
-    # The default is for a rank started by hand (no rendezvous timeout to follow).
+    # The planner supplies that wait (plan.rendezvous_timeout_of: the user's rendezvous.timeout_s, else
+    # the launcher's own default), not a spec field. The default is for a rank started by hand.
     WorkerArg("--peer-timeout", "how long a collective waits for the other ranks before this rank fails (a node "
               "that vanished without closing its sockets would otherwise hang the job)", float, default=600.0,
-              field="rendezvous.timeout_s", metavar="SECONDS"),
+              metavar="SECONDS"),
     WorkerArg("--resume", f"continue a run: its directory ({rundir.CHECKPOINTS_DIR}/{_LATEST}) or a checkpoint file. "
               "Alone it trains to the run's original target; with --max-iterations M, M more iterations "
               "(--total-env-steps N: N more env steps). Only rank 0 reads it.", Path, field="resume",
