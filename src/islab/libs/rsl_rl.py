@@ -20,24 +20,13 @@ What we fix, and why
   just that method: it takes ranks from our ``RankContext`` and reuses (or joins) the existing
   gloo/NCCL group. Everything else stays rsl_rl's own: parameter broadcast at start, bucketed
   gradient all-reduce, KL all-reduce with rank 0's learning rate broadcast, and the observation
-  normalizer's all-reduced statistics.
-* rsl-rl-lib 5.4.2 (what the ``[mjlab]`` extra installs) does not pool its observation
-  normalizers across ranks (5.5 all-reduces each update's moments), so with
-  ``obs_normalization: true`` every rank's normalizer learned from its own envs and the ranks'
-  policies drifted apart (different digests after 2 iterations of mjlab's Go1).
-  On the stock path (``ISLAB_SYNC=stock``) ``use_global_normalizers`` swaps in
-  ``GlobalEmpiricalNormalization``: 5.5's arithmetic at 5.4.2's cadence, 3 all-reduces per
-  normalizer per env step (Cartpole's 16 steps, actor and critic: 96 an iteration). Under fused
-  sync (the default) 5.4.x gets 5.5's normalizer behaviour instead, one all-reduce an iteration:
-  ``FusedSyncPPO`` drops the rollout's per-step updates and makes 5.5's one update at the end of
-  ``update`` (the iteration's stored observations, pooled over ranks by
-  ``update_normalizers_together``). Why 5.5's timing and data: then the rollout, the bootstrap
-  and every minibatch of an iteration see the same statistics (5.4.2 moves them under the rollout
-  at each step), and a fused 5.4.2 run ends bit-identical to a fused 5.5 run. It learns slightly
-  differently from 5.4.2's stock path (statistics one iteration old while acting, the
-  observations before each step instead of after). RND's normalizers stay as 5.4.2 has them.
-  5.4.2's ``_configure_multi_gpu`` is 5.5's, so the override below covers both; the rest of the
-  API the adapter uses is unchanged between them.
+  normalizer's all-reduced statistics. 5.4.2's ``_configure_multi_gpu`` is 5.5's, so the override
+  covers both; the rest of the API the adapter uses is unchanged between them.
+* Normalizers: rsl-rl-lib 5.4.2 (what the ``[mjlab]`` extra installs) does not pool its observation
+  normalizers across ranks, so the ranks' policies would drift apart; on 5.4.x the adapter makes
+  them pool as 5.5's do (:mod:`islab.libs.rsl_rl_normalizer`).
+* Fused sync (the default in distributed runs): ``FusedSyncPPO`` makes one all-reduce per
+  minibatch where rsl_rl makes three (:mod:`islab.libs.rsl_rl_fused`).
 * Checkpoints: rsl_rl writes with a plain ``torch.save``; a crash mid-write leaves a truncated
   file. ``save`` is overridden to write atomically. The saved dict holds only tensors and
   primitives, so it loads with ``torch.load(weights_only=True)``.
@@ -62,75 +51,26 @@ from islab.libs.registry import env_fixes
 
 # GIT_PYTHON_REFRESH=quiet before rsl_rl imports GitPython (the registry's row; the user's value wins)
 os.environ.update({name: os.environ.get(name, value) for name, value in env_fixes("rsl_rl", "torch", "").items()})
-import contextlib
 import copy
-import inspect
 import time
-from collections.abc import Iterator
-from itertools import chain
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from rsl_rl.algorithms import PPO
 from rsl_rl.env import VecEnv
-from rsl_rl.modules import EmpiricalNormalization
 from rsl_rl.runners import OnPolicyRunner
 from tensordict import TensorDict
 
 from islab.envs.base import DirectRLEnv
 from islab.libs.base import LibraryAdapter, TrainResult, atomic_torch_save
-from islab.libs.fused_sync import all_reduce_float64, all_reduce_gradients_and, as_broadcast_float, use_fused_sync
+from islab.libs.fused_sync import use_fused_sync
 from islab.libs.recent_returns import RecentReturns
 from islab.libs.rsl_rl_deferred import defer_host_reads
+from islab.libs.rsl_rl_fused import FusedSyncPPO
+from islab.libs.rsl_rl_normalizer import library_syncs_normalizer, use_global_normalizers
 from islab.spec.budget import rollout_length
 from islab.worker.context import RankContext, init_process_group
-
-
-def fold_in(norm: EmpiricalNormalization, mean_x: torch.Tensor, var_x: torch.Tensor, count_x: torch.Tensor) -> None:
-    """rsl_rl 5.5's ``EmpiricalNormalization.update`` arithmetic after its all-reduces, unchanged:
-    fold a global batch's mean, population variance and count into the running statistics."""
-    norm.count += count_x
-    rate = count_x / norm.count
-    delta_mean = mean_x - norm._mean
-    norm._mean += rate * delta_mean
-    norm._var += rate * (var_x - norm._var + delta_mean * (mean_x - norm._mean))
-    norm._std = torch.sqrt(norm._var)
-
-
-class GlobalEmpiricalNormalization(EmpiricalNormalization):
-    """rsl-rl-lib 5.4's normalizer with 5.5's ``update``: the batch moments of all ranks are
-    all-reduced before they are folded in, so every rank holds the same statistics."""
-
-    @torch.jit.unused
-    def update(self, x: torch.Tensor) -> None:
-        if not self.training or (self.until is not None and self.count >= self.until):
-            return
-        count_x = torch.tensor(x.shape[0], dtype=self.count.dtype, device=self.count.device)
-        var_x = torch.var(x, dim=0, unbiased=False, keepdim=True)
-        mean_x = torch.mean(x, dim=0, keepdim=True)
-        # the global mean first, then the local variances around it (5.5's order, same bits)
-        local_mean_x = mean_x
-        dist.all_reduce(count_x)
-        mean_sum_x = mean_x * x.shape[0]
-        dist.all_reduce(mean_sum_x)
-        mean_x = mean_sum_x / count_x
-        var_sum_x = x.shape[0] * (var_x + (local_mean_x - mean_x).square())
-        dist.all_reduce(var_sum_x)
-        var_x = var_sum_x / count_x
-        fold_in(self, mean_x, var_x, count_x)
-
-
-def use_global_normalizers(module: torch.nn.Module) -> int:
-    """Make every ``EmpiricalNormalization`` in ``module`` a ``GlobalEmpiricalNormalization`` (same
-    buffers, new ``update``); returns how many. For rsl-rl-lib < 5.5 in distributed runs."""
-    swapped = 0
-    for child in module.modules():
-        if type(child) is EmpiricalNormalization:
-            child.__class__ = GlobalEmpiricalNormalization
-            swapped += 1
-    return swapped
 
 
 class RslRlVecEnv(VecEnv):
@@ -182,156 +122,6 @@ class RslRlVecEnv(VecEnv):
         self.returns.load_state_dict(stats, running=env_restored)
         # what rsl_rl reads first in learn(): the restored envs' observations, not the reset's
         self._obs = TensorDict(self.env._get_observations(), batch_size=[self.num_envs]) if env_restored else self._obs
-
-
-def library_syncs_normalizer() -> bool:
-    """Whether the installed rsl_rl all-reduces observation-normalizer statistics itself (PR #226:
-    rsl-rl-lib 5.5 does, three all-reduces per normalizer per iteration; 5.4.2, mjlab's pin, updates
-    each rank's normalizer from its own data at every env step and syncs nothing)."""
-    return "torch.distributed" in inspect.getsource(EmpiricalNormalization.update)
-
-
-PendingUpdates = list[tuple[EmpiricalNormalization, torch.Tensor]]  # (normalizer, its update's x)
-
-
-@contextlib.contextmanager
-def deferred_updates(normalizers: list[EmpiricalNormalization], pending: PendingUpdates) -> Iterator[None]:
-    """Within the block, ``norm.update(x)`` of each of ``normalizers`` only appends ``(norm, x)`` to
-    ``pending`` (for ``update_normalizers_together``)."""
-    for norm in normalizers:
-        norm.update = lambda x, norm=norm: pending.append((norm, x))
-    try:
-        yield
-    finally:
-        for norm in normalizers:
-            del norm.update
-
-
-def update_normalizers_together(pending: PendingUpdates) -> None:
-    """Apply the deferred ``EmpiricalNormalization.update(x)`` calls of one iteration with ONE
-    all-reduce: per normalizer ``[n, n*mean, n*(var + mean^2)]`` (float64), summed over ranks, gives
-    the global count, mean and (population) variance; then rsl_rl 5.5's own update arithmetic
-    (modules/normalization.py) folds them in, identically on every rank."""
-    active = [(n, x) for n, x in pending if n.training and not (n.until is not None and n.count >= n.until)]
-    parts = []
-    for _, x in active:
-        count = torch.full((1,), float(x.shape[0]), dtype=torch.float64, device=x.device)
-        mean = x.double().mean(dim=0, keepdim=True)
-        var = x.double().var(dim=0, unbiased=False, keepdim=True)
-        parts += [count, count * mean, count * (var + mean.square())]
-    summed = all_reduce_float64(parts)
-    for index, (norm, _) in enumerate(active):
-        total, mean_sum, square_sum = summed[3 * index : 3 * index + 3]
-        mean64 = mean_sum / total
-        var_x = (square_sum / total - mean64.square()).clamp_min(0.0).to(norm._var.dtype)
-        mean_x = mean64.to(norm._mean.dtype)
-        count_x = total.to(norm.count.dtype).reshape(())
-        fold_in(norm, mean_x, var_x, count_x)
-
-
-class FusedSyncPPO(PPO):
-    """rsl_rl's PPO with ONE all-reduce per minibatch and one per iteration (``islab.libs.fused_sync``).
-
-    Stock rsl_rl syncs each minibatch three times: the KL all-reduce, rank 0's learning rate
-    broadcast, the gradient all-reduce; and, in 5.5, each normalizer three times per iteration.
-    Here ``update`` runs rsl_rl's own loop with the adaptive schedule hidden (so its KL block with
-    both collectives is skipped) and records the current minibatch; ``reduce_parameters`` (called
-    after backward, before clipping and the optimizer step, exactly where the rate is first used)
-    computes the same local KL as rsl_rl, packs it behind the gradients, all-reduces once, and every
-    rank applies rsl_rl's schedule to the same global KL, rounded as the stock broadcast rounds it.
-    Normalizer updates of the iteration are deferred to the end of ``update`` (nothing reads them in
-    between: rsl_rl updates them after the last minibatch) and applied with one all-reduce.
-    On rsl-rl-lib 5.4.x (``update_normalizers_as_5_5``) the rollout's per-step normalizer updates
-    are dropped and 5.5's end-of-update one is made instead, in the same way.
-    Symmetry augmentation is not fused (it resizes the batch): such runs use the stock path."""
-
-    def update_normalizers_as_5_5(self) -> None:
-        """5.4.x: no normalizer update per env step; ``update`` makes 5.5's one (module docstring)."""
-        self._normalizers_as_5_5 = True
-
-    def _observation_normalizers(self) -> list[EmpiricalNormalization]:
-        modules = chain(self.actor.modules(), self.critic.modules())
-        return [m for m in modules if isinstance(m, EmpiricalNormalization)]
-
-    def process_env_step(self, obs: TensorDict, rewards: torch.Tensor, dones: torch.Tensor, extras: dict) -> None:
-        if not getattr(self, "_normalizers_as_5_5", False):
-            super().process_env_step(obs, rewards, dones, extras)
-            return
-        with deferred_updates(self._observation_normalizers(), []):  # dropped: update() makes 5.5's
-            super().process_env_step(obs, rewards, dones, extras)
-
-    def _updates_as_5_5(self, observations: TensorDict) -> PendingUpdates:
-        """5.4.x: 5.5's end-of-update normalizer update (ppo.py), deferred; 5.5 makes its own."""
-        pending: PendingUpdates = []
-        if getattr(self, "_normalizers_as_5_5", False):
-            with deferred_updates(self._observation_normalizers(), pending):
-                self.actor.update_normalization(observations)
-                self.critic.update_normalization(observations)
-        return pending
-
-    def update(self) -> dict[str, float]:
-        observations = self.storage.observations.flatten(0, 1)  # this iteration's, as 5.5 reads them
-        if not self.is_multi_gpu or self.symmetry:
-            result = super().update()
-            update_normalizers_together(self._updates_as_5_5(observations))  # 5.5: nothing to do
-            return result
-        self._fused_adaptive = self.desired_kl is not None and self.schedule == "adaptive"
-        pending: PendingUpdates = []
-        with self._fused_update(pending):
-            result = super().update()
-        update_normalizers_together(pending + self._updates_as_5_5(observations))
-        return result
-
-    @contextlib.contextmanager
-    def _fused_update(self, pending: PendingUpdates) -> Iterator[None]:
-        storage, schedule = self.storage, self.schedule
-        for name in ("mini_batch_generator", "recurrent_mini_batch_generator"):
-            setattr(storage, name, self._recording(getattr(storage, name)))
-        models = [self.actor, self.critic] + ([self.rnd] if self.rnd else [])
-        normalizers = [m for model in models for m in model.modules() if isinstance(m, EmpiricalNormalization)]
-        if self._fused_adaptive:
-            self.schedule = "adaptive (fused into reduce_parameters)"
-        self._fused_active = True
-        try:
-            with deferred_updates(normalizers, pending):  # applied after update(), see there
-                yield
-        finally:
-            self._fused_active = False
-            self.schedule = schedule
-            for name in ("mini_batch_generator", "recurrent_mini_batch_generator"):
-                delattr(storage, name)
-
-    def _recording(self, generator_fn: Any) -> Any:
-        def batches(*args: Any, **kwargs: Any) -> Iterator[Any]:
-            for batch in generator_fn(*args, **kwargs):
-                self._fused_batch = batch
-                yield batch
-
-        return batches
-
-    def reduce_parameters(self) -> None:
-        if not getattr(self, "_fused_active", False):
-            super().reduce_parameters()
-            return
-        params = chain(self.actor.parameters(), self.critic.parameters(), self.rnd.parameters() if self.rnd else ())
-        grads = [param.grad for param in params if param.grad is not None]
-        extras = []
-        if self._fused_adaptive:
-            with torch.inference_mode():  # rsl_rl's own KL of this minibatch, before the step
-                current = tuple(p.detach() for p in self.actor.output_distribution_params)
-                kl = self.actor.get_kl_divergence(self._fused_batch.old_distribution_params, current)
-                extras.append(torch.mean(kl))
-        summed = all_reduce_gradients_and(grads, extras, self.gpu_world_size)
-        if self._fused_adaptive:
-            kl_mean = summed[0] / self.gpu_world_size
-            # rsl_rl's rule, now on every rank from the same global KL (stock: rank 0, then broadcast)
-            if kl_mean > self.desired_kl * 2.0:
-                self.learning_rate = max(1e-5, self.learning_rate / 1.5)
-            elif kl_mean < self.desired_kl / 2.0 and kl_mean > 0.0:
-                self.learning_rate = min(1e-2, self.learning_rate * 1.5)
-            self.learning_rate = as_broadcast_float(self.learning_rate)
-            for param_group in self.optimizer.param_groups:
-                param_group["lr"] = self.learning_rate
 
 
 class RankAwareOnPolicyRunner(OnPolicyRunner):
@@ -387,7 +177,7 @@ class RslRlAdapter(LibraryAdapter):
         self.fused_sync = use_fused_sync(ctx.distributed) and type(self.runner.alg) is PPO
         if self.fused_sync:
             self.runner.alg.__class__ = FusedSyncPPO  # same object, fused update (see FusedSyncPPO)
-        if ctx.distributed and not library_syncs_normalizer():  # 5.4.x: per env step, see the docstring
+        if ctx.distributed and not library_syncs_normalizer():  # 5.4.x: see islab.libs.rsl_rl_normalizer
             if self.fused_sync:
                 self.runner.alg.update_normalizers_as_5_5()  # once per iteration, pooled
             else:
