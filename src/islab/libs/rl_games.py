@@ -14,75 +14,69 @@ What rl_games expects
 * A config in rl_games' YAML layout (``params: {seed, algo, model, network, config}``), loaded by a
   ``Runner`` whose algorithm factory builds the agent named in ``algo.name``.
 
-What we fix, and why
---------------------
-* Distributed: with ``multi_gpu: True`` rl_games' ``A2CBase.__init__`` calls
-  ``init_process_group("nccl")`` and forces ``device = cuda:{LOCAL_RANK}``. That fails on CPU, and
-  also fails on GPU here, because the worker has already joined the group before building us.
-  ``RankAwareA2CAgent`` hides ``multi_gpu`` while ``super().__init__`` runs (doing by hand the two
-  other things rl_games' branch does: no stats printing and no LR schedule on ranks != 0), then
-  restores the rank fields, so rl_games' own collectives run: parameter broadcast at start (as
-  tensors on each rank's device, not pickled: ``islab.libs.broadcast_state``),
-  averaged gradients, all-reduced KL, rank 0's learning rate broadcast, ``should_exit`` broadcast.
-  ``torch.cuda.set_device`` (called at the start of ``train()``) is a no-op on CPU.
-* TensorBoard: with ``multi_gpu`` hidden every rank would think it is rank 0 and open a
-  SummaryWriter in the same directory; ranks != 0 get none.
-* Observation and value normalizers: rl_games updates each rank's ``RunningMeanStd`` from that
-  rank's data only, so ranks drift apart (measured 0.10) and stop holding the same policy.
-  ``GlobalRunningMeanStd`` all-reduces the batch moments before folding them in, so every rank
-  folds in the statistics of the global batch and all normalizers stay bit-identical. It replaces
-  rl_games' (TorchScript-compiled) normalizer modules after the agent is built.
+The pieces
+----------
+* this module: our env as an ``IVecEnv`` (``RlGamesVecEnv``), the episode log on TensorBoard
+  (``EpisodeLogObserver``), and the adapter, which registers both, translates the config and
+  builds islab's agent in place of rl_games' own;
+* :mod:`islab.libs.rl_games_agent`: that agent, on islab's ranks (distributed without rl_games'
+  own process group, TensorBoard on rank 0, atomic checkpoints, the best reward across a resume);
+* :mod:`islab.libs.rl_games_fused`: its base, one collective per minibatch (fused sync);
+* :mod:`islab.libs.rl_games_normalizer`: observation and value normalizers pooled across ranks;
+* :mod:`islab.libs.rl_games_episodes`: episode windows and running sums across a resume.
+
+What the adapter fixes, and why
+-------------------------------
 * Seeding: with ``multi_gpu`` the Runner adds the global rank to ``params.seed`` itself, so it gets
   ``ctx.base_seed``, not ``ctx.seed``.
 * Directories: rl_games appends a timestamp to the experiment name unless ``full_experiment_name``
   is set; we set it and ``train_dir`` so that ``<train_dir>/<name>`` is our run directory.
   Checkpoints go to ``<run_dir>/nn``, TensorBoard events to ``<run_dir>/summaries`` (rank 0 only).
-* Checkpoints: rl_games stores the best reward as a numpy scalar, which
-  ``torch.load(weights_only=True)`` refuses, and writes with a plain ``torch.save``. ``save`` is
-  overridden to store a float and write atomically.
 * ``torch_compile`` defaults to True in rl_games (seconds of compiling on CPU); our config turns it
   off, and the adapter treats a missing key as off.
+* ``minibatch_size`` must divide ``num_envs * horizon_length`` (rl_games raises otherwise): the
+  largest size that does is used, and said (``fit_minibatch_size``).
 * Resume: ``library_state`` is rl_games' full state (model with both normalizers, optimizer,
   ``epoch``, ``frame``, best reward) plus ``last_lr`` and ``entropy_coef``, which rl_games does not
   save although its schedulers overwrite the optimizer's rate from ``last_lr`` every epoch. The
   islab checkpoint is written from inside the epoch (``on_epoch``), before rl_games adds the
   epoch's frames to ``frame``; ``library_state`` adds them. ``epoch_num`` is the iteration count.
-  rl_games' ``train()`` resets the best reward to -1e9; the agent puts the restored one back.
-  Episode statistics: ``islab.libs.rl_games_episodes``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import gymnasium
 import numpy as np
 import torch
-from rl_games.algos_torch import torch_ext
-from rl_games.algos_torch.a2c_continuous import A2CAgent
-from rl_games.common import a2c_common, env_configurations, vecenv
+from rl_games.common import env_configurations, vecenv
 from rl_games.common.algo_observer import AlgoObserver
 from rl_games.common.ivecenv import IVecEnv
 from rl_games.torch_runner import Runner
 
 from islab.envs.base import DirectRLEnv, counted_step
 from islab.libs.base import LibraryAdapter, TrainResult, atomic_torch_save
-from islab.libs.broadcast_state import broadcast_state_dicts
-from islab.libs.fused_sync import all_reduce_float64, all_reduce_gradients_and, as_broadcast_float, use_fused_sync
-from islab.libs.rl_games_episodes import episode_stats, load_meters, put_back_sums
-from islab.libs.rl_games_normalizer import (
-    GlobalRunningMeanStd,
-    library_syncs_normalizer,
-    packed_moments,
-    use_global_normalizers,
-)
+from islab.libs.rl_games_agent import RankAwareA2CAgent
+from islab.libs.rl_games_episodes import episode_stats, load_meters
+from islab.libs.rl_games_normalizer import GlobalRunningMeanStd, library_syncs_normalizer, use_global_normalizers
 from islab.spec.budget import rollout_length
-from islab.worker.context import RankContext, init_process_group
+from islab.worker.context import RankContext
+
+__all__ = [
+    "ENV_NAME",
+    "EpisodeLogObserver",
+    "GlobalRunningMeanStd",  # the normalizer's names, imported from here by tests
+    "RankAwareA2CAgent",
+    "RlGamesAdapter",
+    "RlGamesVecEnv",
+    "fit_minibatch_size",
+    "library_syncs_normalizer",
+    "use_global_normalizers",
+]
 
 ENV_NAME = "islab"  # the env_name / vecenv type our env is registered under
 
@@ -122,208 +116,6 @@ class RlGamesVecEnv(IVecEnv):
 
     def get_env_info(self) -> dict[str, Any]:
         return {"observation_space": self.observation_space, "action_space": self.action_space}
-
-
-@contextlib.contextmanager
-def patched(owner: Any, name: str, replacement: Any) -> Iterator[None]:
-    """Replace ``owner.name`` for the duration of a ``with`` block."""
-    original = getattr(owner, name)
-    setattr(owner, name, replacement)
-    try:
-        yield
-    finally:
-        setattr(owner, name, original)
-
-
-class RankAwareA2CAgent(A2CAgent):
-    """rl_games' continuous PPO agent, with ranks from ``RankContext`` and gloo on CPU."""
-
-    def __init__(self, base_name: str, params: dict, ctx: RankContext) -> None:
-        self.ctx = ctx
-        self.restored_sums: dict[str, torch.Tensor] = {}  # put back by init_tensors, once
-        self.last_checkpoint: str | None = None  # the latest checkpoint rl_games wrote (rank 0)
-        self.on_epoch: Callable[[int], None] | None = None  # called after every training epoch
-        self.frames_pending = 0  # this epoch's frames while on_epoch runs (rl_games adds them after)
-        self.best_to_keep: float | None = None  # the best mean reward train() forgets; put back by env_reset
-        self.stop: Any = None  # the worker's StopRequest: its ballot rides on the normalizer all-reduce
-        config = params["config"]
-        distributed = bool(config.get("multi_gpu", False))
-        # Fused sync (islab.libs.fused_sync): one all-reduce per minibatch, every rank runs the schedule.
-        self.fused_sync = use_fused_sync(distributed)
-        self._fused_now = False  # inside a fused train_epoch
-        if distributed and not ctx.is_main:
-            # What rl_games' own multi_gpu branch does for ranks != 0 (fused: every rank keeps its
-            # schedule and computes the same rate from the same all-reduced KL).
-            config["print_stats"] = False
-            if not self.fused_sync:
-                config["lr_schedule"] = None
-        config["multi_gpu"] = False  # hide it: rl_games would init NCCL and force cuda:LOCAL_RANK
-        no_writer = lambda *args, **kwargs: None  # noqa: E731 -- stands in for SummaryWriter(...)
-        with patched(a2c_common, "SummaryWriter", a2c_common.SummaryWriter if ctx.is_main else no_writer):
-            super().__init__(base_name, params)
-        config["multi_gpu"] = distributed
-        if not distributed:
-            return
-        if self.has_central_value:
-            raise NotImplementedError("islab: a central value network is not supported with distributed rl_games")
-        init_process_group(ctx)  # no-op when the worker already joined (the normal case)
-        self.multi_gpu = True
-        # Only used for torch.cuda.set_device: the GPU this rank actually uses.
-        self.local_rank = torch.device(ctx.device).index if ctx.backend == "nccl" else ctx.local_rank
-        self.global_rank = ctx.rank
-        self.world_size = ctx.world_size
-        self.global_normalizers = not library_syncs_normalizer()  # never sync them twice
-        if self.global_normalizers:
-            self.use_global_normalizers()
-        if self.fused_sync:
-            # The minibatch's forward output, for the KL that rides with its gradients.
-            self.model.register_forward_hook(self._remember_forward)
-
-    def use_global_normalizers(self) -> None:
-        """Swap in ``GlobalRunningMeanStd`` (see there); needs a process group, even of one rank."""
-        use_global_normalizers(self.model)
-        if self.normalize_value:
-            # A2CAgent keeps its own handle on the value normalizer (it updates it in
-            # prepare_dataset); point it at the replacement, or the model's copy would never move.
-            self.value_mean_std = self.model.value_mean_std
-
-    def train(self) -> tuple[float, int]:
-        # rl_games' train() starts by forgetting the best mean reward (last_mean_rewards = -1e9), so
-        # after a resume the first epoch's reward would be "best" and overwrite the best checkpoint.
-        # Keep the restored one (or an earlier train()'s): env_reset, which train() calls right after
-        # the reset, puts it back.
-        self.best_to_keep = float(np.asarray(self.last_mean_rewards).reshape(-1)[0])
-        # rank 0's weights reach the other ranks as tensors on their own devices, not unpickled
-        # onto rank 0's GPU (islab.libs.broadcast_state)
-        with patched(a2c_common.dist, "broadcast_object_list", broadcast_state_dicts):
-            if self.ppo_device == "cpu":
-                # rl_games calls torch.cuda.set_device(local_rank) when multi_gpu; meaningless on CPU.
-                with patched(torch.cuda, "set_device", lambda device: None):
-                    return super().train()
-            return super().train()
-
-    def env_reset(self) -> Any:
-        obs = super().env_reset()
-        if self.best_to_keep is not None:
-            self.last_mean_rewards, self.best_to_keep = self.best_to_keep, None
-        return obs
-
-    def init_tensors(self) -> None:
-        super().init_tensors()  # train() calls it first: zero running sums, every env "done"
-        put_back_sums(self, self.restored_sums)  # after a restore: the saved envs' episodes go on
-        self.restored_sums = {}
-
-    def train_epoch(self) -> tuple:
-        # rl_games has no per-epoch callback for the caller; epoch_num was advanced just before.
-        with self._fused_epoch():
-            result = super().train_epoch()
-        if self.on_epoch is not None:
-            self.frames_pending = self.curr_frames * (self.world_size if self.multi_gpu else 1)
-            try:
-                self.on_epoch(self.epoch_num)
-            finally:
-                self.frames_pending = 0
-        return result
-
-    # -- fused sync -------------------------------------------------------------------------------
-    # Stock rl_games (legacy adaptive schedule) makes per minibatch a gradient all-reduce, a KL
-    # all-reduce and a learning-rate broadcast from rank 0, one more KL all-reduce per mini-epoch,
-    # and our GlobalRunningMeanStd one per normalizer update (16 + 2 per iteration here). Fused:
-    # during train_epoch ``multi_gpu`` is hidden, so all of rl_games' own collectives there are off;
-    # ``trancate_gradients_and_step`` packs the minibatch's KL (rl_games' own formula, same inputs)
-    # behind the gradients and all-reduces once; ``train_actor_critic`` hands rl_games the global KL
-    # in place of the local one, so its scheduler (on every rank) decides from the same value the
-    # stock path broadcasts, and ``update_lr`` rounds the rate as the stock broadcast does. The
-    # normalizer moments of the whole iteration go in one all-reduce in ``prepare_dataset``, with
-    # the ranks' preemption ballots: updates + 2 a fused iteration, with rl_games' should_exit broadcast.
-
-    @contextlib.contextmanager
-    def _fused_epoch(self) -> Iterator[None]:
-        if not (self.fused_sync and self.multi_gpu):
-            yield
-            return
-        self.multi_gpu, self._fused_now = False, True
-        try:
-            yield
-        finally:
-            self.multi_gpu, self._fused_now = True, False
-
-    def _remember_forward(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        if self._fused_now and isinstance(output, dict) and "mus" in output:
-            self._fused_output = output
-
-    def calc_gradients(self, input_dict: dict) -> None:
-        self._fused_input = input_dict
-        super().calc_gradients(input_dict)
-
-    def trancate_gradients_and_step(self) -> Any:
-        if not self._fused_now:
-            return super().trancate_gradients_and_step()
-        inputs, output = self._fused_input, self._fused_output
-        with torch.no_grad():  # rl_games' KL of this minibatch (calc_gradients computes it after the step)
-            masks = inputs.get("rnn_masks")
-            kl = torch_ext.policy_kl(
-                output["mus"].detach(), output["sigmas"].detach(), inputs["mu"], inputs["sigma"], masks is None
-            )
-            if masks is not None:
-                kl = (kl * masks).sum() / masks.numel()
-        grads = [param.grad for param in self.model.parameters() if param.grad is not None]
-        self._fused_kl = all_reduce_gradients_and(grads, [kl], self.world_size)[0] / self.world_size
-        return super().trancate_gradients_and_step()  # multi_gpu hidden: clip and step only
-
-    def train_actor_critic(self, input_dict: dict) -> tuple:
-        result = super().train_actor_critic(input_dict)
-        if self._fused_now:
-            # The KL rl_games reads for its schedule and statistics: the global one.
-            self.train_result = result = (*result[:3], self._fused_kl, *result[4:])
-        return result
-
-    def update_lr(self, lr: float) -> None:
-        super().update_lr(as_broadcast_float(lr) if self._fused_now else lr)
-
-    def prepare_dataset(self, batch_dict: dict) -> None:
-        if self._fused_now and self.global_normalizers:
-            self._prefetch_normalizer_moments(batch_dict)
-        super().prepare_dataset(batch_dict)
-
-    def _prefetch_normalizer_moments(self, batch_dict: dict) -> None:
-        """All normalizer updates of this iteration, in rl_games' order, in ONE all-reduce: the value
-        normalizer on values then returns (prepare_dataset), the observation normalizer on each
-        minibatch (contiguous slices of the rollout, not shuffled, the same in every mini-epoch:
-        rl_games' set_train in train_actor_critic re-enables the updates its mini-epoch loop stops)."""
-        updates: list[tuple[GlobalRunningMeanStd, torch.Tensor]] = []
-        if self.normalize_value and not self.config.get("freeze_critic", False):
-            updates += [(self.value_mean_std, batch_dict["values"]), (self.value_mean_std, batch_dict["returns"])]
-        obs = batch_dict["obses"]
-        if self.normalize_input and not self.is_rnn and isinstance(obs, torch.Tensor):
-            size = self.minibatch_size
-            for start in range(0, obs.shape[0] - size + 1, size):
-                updates.append((self.model.running_mean_std, self._preproc_obs(obs[start : start + size])))
-        updates = [(norm, x) for norm, x in updates if isinstance(norm, GlobalRunningMeanStd)]
-        parts = []
-        for norm, x in updates:
-            norm.prefetched.reset()
-            # RunningMeanStd.forward's own moments of the batch (axis 0, population variance)
-            parts.append(packed_moments(x.mean(norm.axis), x.var(norm.axis, unbiased=False), x.size(0)))
-        # The ranks' preemption agreement rides along (islab.worker.preemption): no collective of its own.
-        ballot = [self.stop.ballot().to(parts[0].device)] if parts and self.stop is not None else []
-        summed = all_reduce_float64(parts + ballot)
-        for (norm, _), local, total in zip(updates, parts, summed, strict=False):
-            norm.prefetched.add(local, total)
-        if ballot:
-            self.stop.settle(summed[-1])
-
-    def checkpoint_state(self) -> dict[str, Any]:
-        state = self.get_full_state_weights()
-        # torch.compile prefixes the keys with "_orig_mod."; a fresh (uncompiled) model loads them plain.
-        state["model"] = {key.removeprefix("_orig_mod."): value for key, value in state["model"].items()}
-        # rl_games keeps the best mean reward as a numpy scalar; weights_only loading refuses it.
-        state["last_mean_rewards"] = float(np.asarray(state["last_mean_rewards"]).reshape(-1)[0])
-        return state
-
-    def save(self, fn: str) -> None:
-        """rl_games' own checkpoints (best, periodic, last), written atomically; it adds ``.pth``."""
-        self.last_checkpoint = str(atomic_torch_save(self.checkpoint_state(), Path(f"{fn}.pth")))
 
 
 class EpisodeLogObserver(AlgoObserver):

@@ -4,7 +4,7 @@
 Each update folds the moments of the batch of ALL ranks into the running statistics, from one
 all-reduce of ``[n, n*mean, n*(var + mean^2)]`` in float64, so every rank applies the same
 arithmetic to the same numbers and the statistics stay bit-identical. The fused sync of
-:mod:`islab.libs.rl_games` prefetches those moments for a whole iteration in one collective.
+:mod:`islab.libs.rl_games_fused` prefetches those moments for a whole iteration in one collective.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class GlobalRunningMeanStd(RunningMeanStd):
     bit-identical across ranks (they start equal: rl_games broadcasts the model state, buffers
     included, before training).
 
-    Fused sync (``RankAwareA2CAgent``) all-reduces the moments of the iteration's batches at once,
+    Fused sync (``FusedSyncA2CAgent``) all-reduces the moments of the iteration's batches at once,
     before the first update, and keeps them in ``prefetched`` as ``(local packed, summed)``. An
     update then takes the next entry (cyclically: rl_games feeds the same minibatches in every
     mini-epoch) instead of making its own collective, after checking that the entry's local moments
