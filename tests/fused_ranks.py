@@ -104,9 +104,9 @@ def train_one(ctx: Any, lib: str, run: dict[str, Any], out_dir: Path, counter: l
 
 def count_jax_collectives(counter: list[int], names: list[str]) -> None:
     """skrl-JAX's collectives all go through islab's two cached pmaps: count their calls."""
-    import islab.libs.skrl_jax as module
+    import islab.libs.skrl_jax_collectives as module
 
-    for name in ("_psum_across_processes", "_all_gather_across_processes"):
+    for name in ("psum_across_processes", "all_gather_across_processes"):
         build = getattr(module, name)
 
         def counting(_build: Any = build, _name: str = name) -> Any:

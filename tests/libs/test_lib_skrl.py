@@ -222,11 +222,11 @@ def _update_compile_counts() -> dict[str, int]:
     """How many programs skrl's jitted PPO update and Adam step hold (one per input signature)."""
     import skrl.resources.optimizers.jax.adam as adam
 
-    from islab.libs import skrl_jax
+    from islab.libs import skrl_jax_ppo
 
     jitted = {
-        "update_policy": skrl_jax._update_policy,
-        "update_value": skrl_jax._update_value,
+        "update_policy": skrl_jax_ppo.skrl_update_policy,
+        "update_value": skrl_jax_ppo.skrl_update_value,
         "adam_step": adam._step_with_scale,
     }
     return {name: function._cache_size() for name, function in jitted.items()}
@@ -316,17 +316,17 @@ def test_jax_collectives_are_compiled_once() -> None:
     import jax
     import jax.numpy as jnp
 
-    from islab.libs import skrl_jax
+    from islab.libs import skrl_jax_collectives, skrl_jax_ppo
 
-    ppo_jax = skrl_jax.skrl_ppo_module.jax
+    ppo_jax = skrl_jax_ppo.skrl_ppo_module.jax
     kl_sum = ppo_jax.pmap(lambda x: jax.lax.psum(x, "i"), axis_name="i")
-    assert kl_sum is skrl_jax._psum_across_processes()
+    assert kl_sum is skrl_jax_collectives.psum_across_processes()
     assert ppo_jax.pmap(lambda x: x * 2, axis_name="i") is not kl_sum  # others pass through
     assert ppo_jax.numpy is jnp
     # one process: the mean over processes of a gradient pytree is the pytree itself
     grads = {"w": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(3)}
-    reduced = skrl_jax.Model.reduce_parameters(None, grads)
-    assert skrl_jax.Model.reduce_parameters is skrl_jax._reduce_parameters
+    reduced = skrl_jax_ppo.Model.reduce_parameters(None, grads)
+    assert skrl_jax_ppo.Model.reduce_parameters is skrl_jax_collectives.reduce_parameters
     for name in grads:
         np.testing.assert_array_equal(np.asarray(reduced[name]), np.asarray(grads[name]))
 
@@ -375,7 +375,7 @@ def test_jax_scanned_gae_equals_skrls_to_float32_rounding(time_limit_bootstrap: 
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     import jax.numpy as jnp
 
-    from islab.libs import skrl_jax
+    from islab.libs import skrl_jax_gae, skrl_jax_ppo
 
     rng = np.random.default_rng(0)
     steps, envs = 8, 16
@@ -384,7 +384,7 @@ def test_jax_scanned_gae_equals_skrls_to_float32_rounding(time_limit_bootstrap: 
     last_values = jnp.asarray(rng.normal(size=(envs, 1)).astype(np.float32))
     args = dict(rewards=rewards, terminated=terminated, truncated=truncated, values=values, last_values=last_values,
                 discount_factor=0.99, lambda_coefficient=0.95, time_limit_bootstrap=time_limit_bootstrap)  # fmt: skip
-    for ours, skrls in zip(skrl_jax._scanned_gae(**args), skrl_jax._compute_gae(**args), strict=True):
+    for ours, skrls in zip(skrl_jax_gae.scanned_gae(**args), skrl_jax_ppo.skrl_compute_gae(**args), strict=True):
         np.testing.assert_allclose(np.asarray(ours), np.asarray(skrls), rtol=1e-6, atol=1e-6)
 
 
