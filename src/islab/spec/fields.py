@@ -1,6 +1,7 @@
 """The building blocks of the run spec (torch-free, no file I/O): the value types and their choices,
-the defaults the launcher fills in, the patterns an input must match, the ``Rendezvous`` sub-model,
-and the fields of the worker options generated from their rows in :mod:`islab.spec.worker_args`.
+the defaults the launcher fills in, the patterns an input must match (and ``nnodes: "MIN:MAX"`` read
+as two fields), the ``Rendezvous`` sub-model, and the fields of the worker options generated from
+their rows in :mod:`islab.spec.worker_args`.
 
 :class:`~islab.spec.run_spec.RunSpec` is assembled from these and adds the rules across fields.
 """
@@ -8,6 +9,7 @@ and the fields of the worker options generated from their rows in :mod:`islab.sp
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -158,3 +160,30 @@ def parse_node_range(text: str) -> tuple[int, int] | None:
         return int(text), int(text)
     match = NODE_RANGE_PATTERN.fullmatch(text)
     return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def node_range_keys(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A spec's input with ``nnodes: "MIN:MAX"`` as ``nnodes = MAX``, ``min_nnodes = MIN`` (``"N:N"`` is
+    just N). ``min_nnodes`` is not an input key: it only comes from the range."""
+    if "min_nnodes" in data:
+        raise rule(
+            "min_nnodes",
+            "is not a key of the spec",
+            'Write an elastic node count as nnodes: "MIN:MAX" (quoted in YAML), or --nnodes MIN:MAX',
+        )
+    value = data.get("nnodes")
+    if not isinstance(value, str):
+        return data
+    low_high = parse_node_range(value)
+    if low_high is None:
+        raise rule(
+            "nnodes",
+            f"{value!r} is neither a whole number nor MIN:MAX",
+            "Give the number of nodes, e.g. 2, or MIN:MAX such as 1:2 for elastic membership (c10d)",
+        )
+    low, high = low_high
+    if low < 1 or high < 1:
+        raise rule("nnodes", f"{value!r}: MIN and MAX must both be at least 1", "Use e.g. 1:2")
+    if low > high:
+        raise rule("nnodes", f"{value!r}: MIN is larger than MAX", f"Write it as {high}:{low}")
+    return {**data, "nnodes": high, "min_nnodes": low if low < high else None}

@@ -11,13 +11,10 @@ This module reads no files and knows nothing of where values came from: merging 
 line, SLURM, ``ISLAB_*`` variables, a cluster file and the defaults, and the rules that need
 the disk (the agent config's keys, the ``--resume`` path), live in :mod:`islab.resolve.resolve`.
 
-Nor does it read the task registry. What it needs of the installed tasks is handed in as plain
-values read at the edge of resolution (:mod:`islab.resolve.edge`): the ids a ``task`` is checked
-against (validation context :data:`TASK_IDS`; entry-point metadata, no import), the task's default
-``num_envs`` (filled in before validation) and the agent config's rollout length for the planner's
-budget (:meth:`RunSpec.with_rollout_length`, after the disk checks). A task's size and agent configs
-are read by importing its package in a child process (:mod:`islab.tasks.metadata`), which a pure
-schema, and the planner that imports it, must not start.
+Nor does it read the task registry, which may start a child process (:mod:`islab.tasks.metadata`):
+resolution hands in what the edge read (:mod:`islab.resolve.edge`) -- the installed tasks' ids
+(validation context :data:`TASK_IDS`), a task's default ``num_envs`` and the agent config's rollout
+length for the planner's budget (:meth:`RunSpec.with_rollout_length`).
 
 Settings that are only known on the machine that launches (a free port, the GPU count, the clock)
 are *not* filled in here: the spec keeps ``None`` for "not given", so the rules "JAX-only option on
@@ -54,15 +51,14 @@ from islab.spec.fields import (
     Rendezvous,
     WorkerOptionFields,
     host_port_field,
-    parse_node_range,
+    node_range_keys,
 )
 from islab.spec.issues import mask_env, rule, suggest
 from islab.spec.launch_rules import JOB_VARIABLES, check_jax, check_torchrun
 from islab.spec.text import unsafe_character
 from islab.spec.worker_args import default_of
 
-# The validation context's key for the installed tasks' ids (``RunSpec.model_validate(data,
-# context={TASK_IDS: ids})``); without it, as for a spec built directly in code, ``task`` is taken as given.
+# Validation context key: the installed tasks' ids, ``task`` must be one (a spec built in code has none).
 TASK_IDS = "task_ids"
 
 
@@ -118,40 +114,14 @@ class RunSpec(WorkerOptionFields):  # type: ignore[misc, valid-type]
     isaaclab: StrictStr | None = None
     # The mjlab preset: mjlab's own `train` console script (resolve turns it into the entry point).
     mjlab: bool = False
-    # Not an input key, and not in a dump: a fact of this machine's agent config that resolution reads
-    # at its edge (see with_rollout_length).
-    _rollout_length: int | None = PrivateAttr(default=None)
+    _rollout_length: int | None = PrivateAttr(default=None)  # not an input key (with_rollout_length)
 
     # -- single fields --------------------------------------------------------------------------
 
     @model_validator(mode="before")
     @classmethod
     def _node_range(cls, data: Any) -> Any:
-        """``nnodes: "MIN:MAX"`` -> ``nnodes = MAX``, ``min_nnodes = MIN`` (``"N:N"`` is just N)."""
-        if not isinstance(data, Mapping):
-            return data
-        if "min_nnodes" in data:
-            raise rule(
-                "min_nnodes",
-                "is not a key of the spec",
-                'Write an elastic node count as nnodes: "MIN:MAX" (quoted in YAML), or --nnodes MIN:MAX',
-            )
-        value = data.get("nnodes")
-        if not isinstance(value, str):
-            return data
-        low_high = parse_node_range(value)
-        if low_high is None:
-            raise rule(
-                "nnodes",
-                f"{value!r} is neither a whole number nor MIN:MAX",
-                "Give the number of nodes, e.g. 2, or MIN:MAX such as 1:2 for elastic membership (c10d)",
-            )
-        low, high = low_high
-        if low < 1 or high < 1:
-            raise rule("nnodes", f"{value!r}: MIN and MAX must both be at least 1", "Use e.g. 1:2")
-        if low > high:
-            raise rule("nnodes", f"{value!r}: MIN is larger than MAX", f"Write it as {high}:{low}")
-        return {**data, "nnodes": high, "min_nnodes": low if low < high else None}
+        return node_range_keys(data) if isinstance(data, Mapping) else data
 
     @model_validator(mode="before")
     @classmethod
@@ -186,13 +156,12 @@ class RunSpec(WorkerOptionFields):  # type: ignore[misc, valid-type]
 
     @property
     def rollout_length(self) -> int | None:
-        """Env steps per env per iteration in the agent config of (lib, task, overrides), which the
-        planner's budget multiplies by; None when the spec was not given it (a user's entry point
-        runs instead of our worker, or the spec was built in code rather than resolved)."""
+        """Env steps per env per iteration in the agent config of (lib, task, overrides), for the
+        planner's budget; None unless resolution read it (not for a user's entry point)."""
         return self._rollout_length
 
     def with_rollout_length(self, steps: int) -> RunSpec:
-        """A copy of this spec that knows its agent config's rollout length (read by resolution)."""
+        """A copy of this spec that knows its agent config's rollout length (no dump carries it)."""
         known = self.model_copy()
         known._rollout_length = steps
         return known
