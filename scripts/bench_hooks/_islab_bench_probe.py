@@ -83,7 +83,7 @@ def _patch_skrl_jax() -> None:
     import sys
 
     module = sys.modules.get("skrl.models.jax.base")
-    islab_jax = sys.modules.get("islab.libs.skrl_jax")
+    islab_jax = sys.modules.get("islab.libs.skrl_jax_collectives")
     if module is None or islab_jax is None:
         return
     model = module.Model
@@ -97,7 +97,7 @@ def _patch_skrl_jax() -> None:
         current = getattr(multihost_utils, name)
         if not getattr(current, "__islab_bench_timed__", False):
             setattr(multihost_utils, name, _timed(current, "collective", f"jax.{name}"))
-    for name in ("_psum_across_processes", "_all_gather_across_processes"):
+    for name in ("psum_across_processes", "all_gather_across_processes"):
         build = getattr(islab_jax, name)
         if getattr(build, "__islab_bench_timed__", False):
             continue
