@@ -17,7 +17,7 @@ from paths import DOCS
 
 from islab.plan.nccl import flight_recorder_env, with_nccl_settings
 from islab.plan.plan import build_plan
-from islab.plan.preflight import KILL_AFTER_S, probe_plan, wants_preflight
+from islab.plan.preflight import KILL_AFTER_S, QUICK_EXIT_MODULE, probe_plan, wants_preflight
 from islab.plan.torchrun import with_c10d_node_facts
 from islab.preflight.prediction import prediction_line
 from islab.preflight.report import FIELDS_VARIABLE, PREDICTION_KEY, REPORT_KEYS
@@ -51,7 +51,10 @@ def test_the_probe_plan_is_the_jobs_plan_with_the_probe_as_program():
     expected_head[expected_head.index("--max_restarts") + 1] = "0"
     at = expected_head.index("--max_restarts")
     expected_head[at:at] = ["--rdzv_conf", "timeout=20"]
-    cut_probe = cut + 2
+    # the same torchrun, ended without the interpreter's teardown (islab.preflight.quick_exit)
+    assert expected_head[1:3] == ["-m", "torch.distributed.run"]
+    expected_head[1:1] = ["-m", QUICK_EXIT_MODULE]
+    cut_probe = cut + 4
     assert list(checked[:cut_probe]) == expected_head
     assert checked[cut_probe:] == ("-m", "islab.preflight.probe", "--run-dir", plan.run_dir, "--device", "cpu",
                              "--timeout", "20")  # fmt: skip
