@@ -11,8 +11,8 @@ printed its last line. So both end with :func:`end`: the ``atexit`` handlers run
 temporary files, logging's flush), the streams are flushed, then ``os._exit`` with the status
 the module gave.
 
-Only a normal return or ``SystemExit`` takes this path; an exception propagates as it would under
-``python -m`` (traceback, exit 1), so a failing launcher reads the same.
+A failing module reads the same as under ``python -m``: an exception's traceback goes to stderr
+(``sys.excepthook``) and the status is 1; a ``KeyboardInterrupt`` is left to the interpreter.
 """
 
 from __future__ import annotations
@@ -54,6 +54,9 @@ def main(argv: Sequence[str]) -> None:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit as stop:
         end(exit_status(stop.code))
+    except Exception:  # torchrun's ChildFailedError, a rendezvous timeout, ...: as the interpreter says them
+        sys.excepthook(*sys.exc_info())
+        end(1)
     end(0)
 
 
