@@ -1,6 +1,6 @@
 """The sync-cost model's one home (islab.spec.sync_cost) and the pre-flight's prediction from it
 (islab.preflight.prediction), against the numbers docs/scaling.md states. Pure arithmetic on the
-repository's agent configs: no processes (the line in a real launch: tests/test_preflight_launch.py)."""
+repository's agent configs: no processes (the line in a real launch: tests/preflight/test_preflight_launch.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """What keeps the pre-flight short (docs/NCCL.md, "Benchmark"): torchrun and the probe ranks end
 without the interpreter's teardown (islab.preflight.quick_exit), CPU ranks time the 64 MB all-reduce
 twice instead of four times, and the supervisor finds a job's processes without scanning all of
-/proc. Cheap processes only (no torch); the real launches are in tests/test_preflight_launch.py."""
+/proc. Cheap processes only (no torch); the real launches are in tests/preflight/test_preflight_launch.py."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from paths import SRC
+
 from islab.plan.plan import build_plan
 from islab.plan.preflight import QUICK_EXIT_MODULE, probe_plan
 from islab.preflight.probe import SIZES_BYTES, repeats_of
 from islab.run import processes
 from islab.spec.run_spec import RunSpec
-
-SRC = Path(__file__).resolve().parents[1] / "src"
 
 
 def _quick_exit(tmp_path: Path, body: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -4,15 +4,14 @@ per node are warned about. No GPU here: GPU counts are passed in, as the launche
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from paths import FIXTURES
 
 from islab.plan.launch_issues import launch_issues
 from islab.plan.placement import camera_warning, cuda_visible_devices_issue, repeated_device
 from islab.spec.run_spec import RunSpec
 
-TREE = Path(__file__).resolve().parent / "fixtures" / "isaaclab_tree"
+TREE = FIXTURES / "isaaclab_tree"
 GPU2 = RunSpec(device="cuda", nproc_per_node=2)
 
 
