@@ -4,7 +4,9 @@
 
 * **one node, 2 CPU ranks**: ``islab-train --device cpu --nproc 2 --preflight only`` -- the seconds
   the launch waits for the pre-flight (the number on its ``pre-flight:`` line: processes started,
-  checked and stopped) and the whole command's wall time, medians over ``--repeats``;
+  checked and stopped), the whole command's wall time and the CPU seconds it and every process
+  below it used (user + system: the work, steadier than wall time on a shared machine), medians
+  over ``--repeats``;
 * **two nodes** (``--netns``, root): the same in two network namespaces (tests/netns.py's recipe),
   4 ranks, static rendezvous, gloo between the namespaces;
 * **a missing node** (``--netns``): node 0 alone with ``--preflight-timeout T``: seconds until it
@@ -17,8 +19,10 @@ Prints a Markdown table. Real processes, real torchrun and gloo; nothing is simu
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -40,24 +44,31 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _timed(argv: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess[str]]:
-    started = time.monotonic()
+def _cpu_s() -> float:
+    """CPU seconds (user + system) of every child and grandchild waited for so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _timed(argv: list[str], cwd: Path) -> tuple[float, float, subprocess.CompletedProcess[str]]:
+    started, cpu = time.monotonic(), _cpu_s()
     result = subprocess.run(argv, capture_output=True, text=True, env=_env(), cwd=cwd, timeout=600)
-    return time.monotonic() - started, result
+    return time.monotonic() - started, _cpu_s() - cpu, result
 
 
-def one_node(repeats: int, work: Path) -> tuple[list[float], list[float]]:
-    checks, walls = [], []
+def one_node(repeats: int, work: Path) -> tuple[list[float], list[float], list[float]]:
+    checks, walls, cpus = [], [], []
     for index in range(repeats):
         argv = [*ISLAB_TRAIN, "--device", "cpu", "--nproc", "2", "--preflight", "only", "--log-dir",
                 str(work / f"one{index}")]  # fmt: skip
-        wall, result = _timed(argv, work)
+        wall, cpu, result = _timed(argv, work)
         found = PASSED.search(result.stderr)
         if result.returncode != 0 or not found:
             raise SystemExit(f"one node: exit {result.returncode}\n{result.stderr[-2000:]}")
         checks.append(float(found.group(1)))
-        walls.append(wall)
-    return checks, walls
+        walls.append(round(wall, 2))
+        cpus.append(round(cpu, 2))
+    return checks, walls, cpus
 
 
 def _cluster(work: Path, address: str, interface: str, port: int = 29555) -> Path:
@@ -69,11 +80,11 @@ def _cluster(work: Path, address: str, interface: str, port: int = 29555) -> Pat
     return path
 
 
-def two_nodes(repeats: int, work: Path, timeout_s: int) -> tuple[list[float], list[float], list[float], list[float]]:
+def two_nodes(repeats: int, work: Path, timeout_s: int) -> dict[str, list[float]]:
     sys.path.insert(0, str(REPO / "tests"))
     from netns import two_nodes as namespaces  # the tests' recipe: veth pair between two namespaces
 
-    checks, walls, named, exits = [], [], [], []
+    checks, walls, cpus, named, exits = [], [], [], [], []
     for index in range(repeats):
         with namespaces() as (node0, node1):
             spec = _cluster(work, node0.address, node0.interface)
@@ -82,7 +93,7 @@ def two_nodes(repeats: int, work: Path, timeout_s: int) -> tuple[list[float], li
                 return [*ISLAB_TRAIN, "--cluster", str(spec), "--node-rank", str(node_rank), "--log-dir",
                         str(work / f"two{index}-{node_rank}"), *extra]  # fmt: skip
 
-            started = time.monotonic()
+            started, cpu = time.monotonic(), _cpu_s()
             processes = [
                 subprocess.Popen(
                     node.command(argv(rank, "--preflight", "only")),
@@ -95,7 +106,8 @@ def two_nodes(repeats: int, work: Path, timeout_s: int) -> tuple[list[float], li
                 for rank, node in ((0, node0), (1, node1))
             ]
             errs = [process.communicate(timeout=600)[1] for process in processes]
-            walls.append(time.monotonic() - started)
+            walls.append(round(time.monotonic() - started, 2))
+            cpus.append(round(_cpu_s() - cpu, 2))
             found = PASSED.search(errs[0])
             if any(process.returncode for process in processes) or not found:
                 raise SystemExit(
@@ -114,13 +126,13 @@ def two_nodes(repeats: int, work: Path, timeout_s: int) -> tuple[list[float], li
                 "--preflight-timeout",
                 str(timeout_s),
             ]
-            wall, result = _timed(node0.command(alone), work)
+            wall, _, result = _timed(node0.command(alone), work)
             found = FAILED.search(result.stderr)
             if result.returncode != 1 or not found or "node 1" not in result.stderr:
                 raise SystemExit(f"missing node: exit {result.returncode}\n{result.stderr[-2000:]}")
             named.append(float(found.group(1)))
-            exits.append(wall)
-    return checks, walls, named, exits
+            exits.append(round(wall, 2))
+    return {"checks": checks, "walls": walls, "cpus": cpus, "named": named, "exits": exits}
 
 
 def _median(values: list[float]) -> str:
@@ -135,17 +147,19 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="islab-bench-preflight-"))
     load = os.getloadavg()[0]
-    checks, walls = one_node(args.repeats, work)
+    checks, walls, cpus = one_node(args.repeats, work)
     print(f"machine: {os.cpu_count()} cores, load average {load:.1f} at the start; medians of {args.repeats}\n")
-    print("| job | pre-flight adds (s) | whole `--preflight only` command (s) | time to name a missing node (s) |")
-    print("|---|---|---|---|")
-    print(f"| 1 node x 2 CPU ranks | {_median(checks)} | {_median(walls)} | - |")
+    print("| job | pre-flight adds (s) | whole `--preflight only` command (s) | its CPU time (s) "
+          "| time to name a missing node (s) |")  # fmt: skip
+    print("|---|---|---|---|---|")
+    print(f"| 1 node x 2 CPU ranks | {_median(checks)} | {_median(walls)} | {_median(cpus)} | - |")
+    raw = {"one_node": {"checks": checks, "walls": walls, "cpus": cpus}}
     if args.netns:
-        checks2, walls2, named, exits = two_nodes(args.repeats, work, args.timeout)
-        print(f"| 2 nodes (netns) x 2 CPU ranks | {_median(checks2)} | {_median(walls2)} | "
-              f"{_median(named)} named, {_median(exits)} to exit (timeout {args.timeout}) |")  # fmt: skip
-    print(f"\nraw: one node {checks} / {walls}" + (f"; two nodes {checks2} / {walls2}; missing {named} / {exits}"
-                                                  if args.netns else ""))  # fmt: skip
+        two = raw["two_nodes"] = two_nodes(args.repeats, work, args.timeout)
+        print(f"| 2 nodes (netns) x 2 CPU ranks | {_median(two['checks'])} | {_median(two['walls'])} | "
+              f"{_median(two['cpus'])} (both nodes) | {_median(two['named'])} named, {_median(two['exits'])} "
+              f"to exit (timeout {args.timeout}) |")  # fmt: skip
+    print(f"\nraw: {json.dumps(raw)}")
 
 
 if __name__ == "__main__":

@@ -60,7 +60,6 @@ library's rollout length. The script is pure: no clock, no randomness, no networ
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import sys
@@ -70,6 +69,8 @@ from pathlib import Path
 from typing import Any
 
 from islab.spec.agent_config import load_agent_config
+from islab.spec.sync_cost import FLOAT_BYTES, SyncWork, mlp_params, ring_bytes, sync_work
+from islab.spec.sync_cost import allreduce_s as ring_allreduce_s
 from islab.tasks import TASKS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,7 +78,6 @@ BENCH_JSON = ROOT / "docs" / "benchmarks.json"
 LIBS = ("rsl_rl", "rl_games", "skrl-torch", "skrl-jax")
 SYNCS = ("stock", "fused")
 MODELS = ("nccl", "per-collective", "per-update")
-FLOAT_BYTES = 4
 GPUS_PER_NODE = 8
 NUM_ENVS = 4096  # per GPU, Isaac Lab's default and docs/benchmarks.json's
 
@@ -171,11 +171,6 @@ def task_sizes() -> tuple[int, int]:
     return info.observation_size, info.action_size
 
 
-def mlp_params(sizes: Sequence[int]) -> int:
-    """Weights + biases of a fully connected stack ``sizes[0] -> sizes[1] -> ...``."""
-    return sum(a * b + b for a, b in itertools.pairwise(sizes))
-
-
 def bench() -> dict[str, Any]:
     return json.loads(BENCH_JSON.read_text(encoding="utf-8"))
 
@@ -188,24 +183,19 @@ def cartpole_training(measured: dict[str, Any]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class Workload:
-    """What one library does per iteration on one GPU, from its config."""
+class Workload(SyncWork):
+    """What one library does per iteration on one GPU: its config's :class:`SyncWork` (updates,
+    gradient sizes, the fused collectives) plus the stock collectives measured in docs/benchmarks.json."""
 
-    lib: str
-    rollout: int  # env steps per env per iteration
-    updates: int  # optimizer updates per iteration (epochs x minibatches)
-    grad_floats: tuple[int, ...]  # the gradient collectives one update makes, in floats each
-    stock_collectives: int  # per iteration, measured (docs/benchmarks.json)
-    small_floats: int  # size of the non-gradient collectives (KL, lr, normalizer moments)
+    stock_collectives: int = 0  # per iteration, measured (docs/benchmarks.json)
 
     def collectives(self, sync: str) -> list[tuple[int, int]]:
         """[(count per iteration, floats each)] for ``stock`` or ``fused`` sync."""
-        if sync == "stock":
-            grads = self.updates * len(self.grad_floats)
-            small = self.stock_collectives - grads
-            return [(self.updates, f) for f in self.grad_floats] + ([(small, self.small_floats)] if small else [])
-        # fused: one buffer per update (all gradients + KL + loss statistics), 2 per iteration
-        return [(self.updates, sum(self.grad_floats) + 2), (2, self.small_floats)]
+        if sync == "fused":
+            return self.fused()
+        grads = self.updates * len(self.grad_floats)
+        small = self.stock_collectives - grads
+        return [(self.updates, f) for f in self.grad_floats] + ([(small, self.small_floats)] if small else [])
 
     def count(self, sync: str) -> int:
         return sum(c for c, _ in self.collectives(sync))
@@ -214,50 +204,14 @@ class Workload:
 def workloads(measured: dict[str, Any] | None = None) -> dict[str, Workload]:
     measured = measured or bench()
     obs, act = task_sizes()
-    small = 2 * obs + 1  # normalizer moments (count, sum, sum of squares) are the largest small one
     runs = cartpole_training(measured)
-    stock = {lib: round(runs[lib]["median"]["collective_calls_per_iteration"]) for lib in LIBS}
-
-    rsl = agent_config("rsl_rl")
-    actor = mlp_params([obs, *rsl["actor"]["hidden_dims"], act]) + act  # + std (one per action)
-    critic = mlp_params([obs, *rsl["critic"]["hidden_dims"], 1])
-    alg = rsl["algorithm"]
-    result = {
-        "rsl_rl": Workload(
-            "rsl_rl",
-            rsl["num_steps_per_env"],
-            alg["num_learning_epochs"] * alg["num_mini_batches"],
-            (actor + critic,),
-            stock["rsl_rl"],
-            small,
-        )
-    }
-
-    rlg = agent_config("rl_games")["params"]
-    cfg, units = rlg["config"], rlg["network"]["mlp"]["units"]
-    # shared trunk, mu head, value head, state-independent sigma (a trained nn.Parameter)
-    shared = mlp_params([obs, *units]) + (units[-1] * act + act) + (units[-1] + 1) + act
-    minibatches = NUM_ENVS * cfg["horizon_length"] // cfg["minibatch_size"]
-    result["rl_games"] = Workload(
-        "rl_games", cfg["horizon_length"], cfg["mini_epochs"] * minibatches, (shared,), stock["rl_games"], small
-    )
-
-    skrl = agent_config("skrl")
-    agent, layers = skrl["agent"], skrl["models"]["policy"]["network"][0]["layers"]
-    updates = agent["learning_epochs"] * agent["mini_batches"]
-    trunk = mlp_params([obs, *layers])
-    policy = trunk + units_out(layers, act) + act  # + log_std
-    value = trunk + units_out(layers, 1)
-    # torch builds one shared model (separate: False); JAX always builds two, reduced one by one
-    result["skrl-torch"] = Workload(
-        "skrl-torch",
-        agent["rollouts"],
-        updates,
-        (trunk + units_out(layers, act) + act + units_out(layers, 1),),
-        stock["skrl-torch"],
-        small,
-    )
-    result["skrl-jax"] = Workload("skrl-jax", agent["rollouts"], updates, (policy, value), stock["skrl-jax"], small)
+    result = {}
+    for lib in LIBS:
+        name, framework = ("skrl", lib.split("-")[1]) if lib.startswith("skrl") else (lib, "torch")
+        work = sync_work(name, framework, agent_config(name), observation_size=obs, action_size=act,
+                         num_envs=NUM_ENVS)  # fmt: skip
+        stock = round(runs[lib]["median"]["collective_calls_per_iteration"])
+        result[lib] = Workload(**asdict(work), stock_collectives=stock)
     for w in result.values():  # a stock count must hold every update's gradient reduction
         if w.stock_collectives < w.updates * len(w.grad_floats):
             raise ValueError(
@@ -265,10 +219,6 @@ def workloads(measured: dict[str, Any] | None = None) -> dict[str, Workload]:
                 f"its {w.updates * len(w.grad_floats)} gradient reductions: not a stock-sync count"
             )
     return result
-
-
-def units_out(layers: Sequence[int], outputs: int) -> int:
-    return layers[-1] * outputs + outputs
 
 
 # --------------------------------------------------------------------------------------------
@@ -290,15 +240,12 @@ def allreduce_s(n: int, nbytes: float, topo: Topology) -> tuple[float, float]:
     the network adds ``(alpha_2nodes - alpha_intra) * log2(nodes)``, the published 2-node figure
     minus the part of it spent inside the node, once per tree level; bandwidth is the slower
     link's. This log2 growth is the one modelling assumption not measured at 4 and 8 nodes."""
-    if n <= 1:
-        return 0.0, 0.0
-    ring = 2 * (n - 1) / n * nbytes
     if n <= topo.gpus_per_node:
-        return topo.intra.alpha_s + ring / topo.intra.busbw_bytes_per_s, 0.0
+        return ring_allreduce_s(nbytes, n, topo.intra.alpha_s, topo.intra.busbw_bytes_per_s), 0.0
     nodes = math.ceil(n / topo.gpus_per_node)
     hop = max(topo.inter.alpha_s - topo.intra.alpha_s, 0.0)
     slow = min(topo.intra.busbw_bytes_per_s, topo.inter.busbw_bytes_per_s)
-    return topo.intra.alpha_s, hop * math.log2(nodes) + ring / slow
+    return topo.intra.alpha_s, hop * math.log2(nodes) + ring_bytes(nbytes, n) / slow
 
 
 def gloo_allreduce_s(nbytes: float, latencies: dict[str, Any]) -> float:
@@ -380,7 +327,8 @@ def isaac_lab_workload(stock_template: Workload) -> Workload:
     ``trancate_gradients_and_step``, legacy KL schedule, ``update_lr``); per mini-epoch the
     averaged KL (8), per iteration ``should_exit`` (1); no normalizer sync in that version."""
     updates = 8 * (NUM_ENVS * ISAAC_LAB_HORIZON // ISAAC_LAB_MINIBATCH)
-    return Workload("rl_games", ISAAC_LAB_HORIZON, updates, stock_template.grad_floats, 3 * updates + 8 + 1, 1)
+    return Workload("rl_games", ISAAC_LAB_HORIZON, updates, stock_template.grad_floats, small_floats=1,
+                    stock_collectives=3 * updates + 8 + 1)  # fmt: skip
 
 
 def update_growth(gpus: int, horizon: int, rollout_fps: dict[int, float], train_fps: dict[int, float]) -> float:
@@ -403,7 +351,7 @@ def g1_workload() -> Workload:
     Gradient size: the hidden-to-hidden layers of both networks only, a lower bound (the input
     layer depends on the observation size, which the benchmark page does not state)."""
     grads = 2 * mlp_params(G1_HIDDEN)
-    return Workload("rsl_rl", G1_HORIZON, G1_UPDATES, (grads,), 3 * G1_UPDATES, 1)
+    return Workload("rsl_rl", G1_HORIZON, G1_UPDATES, (grads,), small_floats=1, stock_collectives=3 * G1_UPDATES)
 
 
 def calibrate(work: dict[str, Workload], inter: str = "ib") -> dict[str, Any]:

@@ -13,20 +13,11 @@ from .training import LaunchResult, launch, launch_independent, worst_rank_share
 
 def updates_per_iteration(label: str, num_envs: int) -> int:
     """Optimizer updates (minibatches) per training iteration of ``label``'s Cartpole config."""
+    from islab.spec import sync_cost
     from islab.spec.agent_config import load_agent_config
-    from islab.spec.budget import rollout_length
 
     lib = LIBS[label][0]
-    cfg = load_agent_config(lib, CARTPOLE)
-    if lib == "rsl_rl":
-        return int(cfg["algorithm"]["num_learning_epochs"]) * int(cfg["algorithm"]["num_mini_batches"])
-    if lib == "rl_games":
-        from islab.libs.rl_games import fit_minibatch_size
-
-        config = cfg["params"]["config"]
-        batch = num_envs * rollout_length(lib, cfg)
-        return int(config["mini_epochs"]) * (batch // fit_minibatch_size(int(config["minibatch_size"]), batch))
-    return int(cfg["agent"]["learning_epochs"]) * int(cfg["agent"]["mini_batches"])
+    return sync_cost.updates_per_iteration(lib, load_agent_config(lib, CARTPOLE), num_envs)
 
 
 @contextlib.contextmanager

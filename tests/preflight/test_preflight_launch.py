@@ -17,9 +17,10 @@ from paths import DOCS
 
 from islab.plan.nccl import flight_recorder_env, with_nccl_settings
 from islab.plan.plan import build_plan
-from islab.plan.preflight import KILL_AFTER_S, probe_plan, wants_preflight
+from islab.plan.preflight import KILL_AFTER_S, QUICK_EXIT_MODULE, probe_plan, wants_preflight
 from islab.plan.torchrun import with_c10d_node_facts
-from islab.preflight.report import FIELDS_VARIABLE, REPORT_KEYS
+from islab.preflight.prediction import prediction_line
+from islab.preflight.report import FIELDS_VARIABLE, PREDICTION_KEY, REPORT_KEYS
 from islab.preflight.triage import NCCL_SAFE_ENV
 from islab.preflight.verdict import Evidence, verdict
 from islab.rundir import preflight_path, preflight_rank_log, summary_path
@@ -50,7 +51,10 @@ def test_the_probe_plan_is_the_jobs_plan_with_the_probe_as_program():
     expected_head[expected_head.index("--max_restarts") + 1] = "0"
     at = expected_head.index("--max_restarts")
     expected_head[at:at] = ["--rdzv_conf", "timeout=20"]
-    cut_probe = cut + 2
+    # the same torchrun, ended without the interpreter's teardown (islab.preflight.quick_exit)
+    assert expected_head[1:3] == ["-m", "torch.distributed.run"]
+    expected_head[1:1] = ["-m", QUICK_EXIT_MODULE]
+    cut_probe = cut + 4
     assert list(checked[:cut_probe]) == expected_head
     assert checked[cut_probe:] == ("-m", "islab.preflight.probe", "--run-dir", plan.run_dir, "--device", "cpu",
                              "--timeout", "20")  # fmt: skip
@@ -168,7 +172,10 @@ def test_a_healthy_launch_prints_the_preflight_line_then_trains(tmp_path):
     assert "pre-flight: 2 ranks on 1 node(s), all_reduce 4 B" in result.stderr
     run_dir = _run_dir(tmp_path)
     report = json.loads(preflight_path(run_dir).read_text())
-    assert report["ok"] and report["world_size"] == 2 and list(report) == list(REPORT_KEYS)
+    assert report["ok"] and report["world_size"] == 2 and list(report) == [*REPORT_KEYS, PREDICTION_KEY]
+    # the sync prediction for this job (rsl_rl's 5 x 4 updates), from what the probe measured
+    assert prediction_line(report[PREDICTION_KEY]) in result.stderr, result.stderr[-3000:]
+    assert report[PREDICTION_KEY]["updates_per_iteration"] == 20 and report[PREDICTION_KEY]["sync_ms"] > 0
     assert "NCCL_DEBUG" not in result.stderr and preflight_rank_log(run_dir, 1).read_text().strip()
     assert summary_path(run_dir).is_file()  # and then it trained
     assert result.stderr.index("pre-flight:") < result.stderr.index("islab-train: starting")
@@ -201,7 +208,7 @@ def test_doctor_collectives_prints_the_documented_report(tmp_path):
     result = _launch(tmp_path, "--collectives", "--json", command=("doctor",))
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)
-    assert list(report) == list(REPORT_KEYS) and report["ok"] is True
+    assert list(report) == [*REPORT_KEYS, PREDICTION_KEY] and report["ok"] is True
     assert [r["rank"] for r in report["ranks"]] == [0, 1]
     assert set(report["ranks"][0]) == {"rank", "host", "local_rank", "device", "gpu_uuid"}
     assert report["all_reduce"][0]["bytes"] == 4

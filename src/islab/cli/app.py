@@ -43,6 +43,7 @@ from islab.plan.dry_run import format_json, format_text
 from islab.plan.launch_issues import launch_issues
 from islab.plan.launch_plan import LaunchPlan
 from islab.plan.nccl import with_nccl_settings
+from islab.plan.placement import camera_warning
 from islab.plan.preflight import wants_preflight
 from islab.plan.torchrun import with_c10d_node_facts
 from islab.resolve.allocations import active_allocations
@@ -304,8 +305,9 @@ def _plan_and_go(
 
     # The ranks get the spec's env on top of ours: count the GPUs they will see.
     visible_gpus = visible_gpu_count({**os.environ, **spec.env}) if spec.device == "cuda" else 0
+    placement = [line for line in (camera_warning(spec, os.environ),) if line]
     if dry_run:
-        for line in warnings:
+        for line in [*warnings, *placement]:
             print(line, file=sys.stderr)
         gpus_assumed = any(GPUS_ALL_ASSUMED in line for line in warnings)  # said once already
         if spec.device == "cuda" and visible_gpus < spec.nproc_per_node and not gpus_assumed:
@@ -317,12 +319,14 @@ def _plan_and_go(
         print(format_json(plan) if json_output else format_text(plan, resolved))
         raise typer.Exit(0)
 
-    issues = launch_issues(spec, platform=sys.platform, visible_gpus=visible_gpus)
+    issues = launch_issues(spec, platform=sys.platform, visible_gpus=visible_gpus, environ=os.environ)
     taken = run_dir_taken(spec, plan, run_leaf_of(resolved), now=time.time())
     login = wandb_login_issue({**os.environ, **spec.env}, Path.home()) if spec.logger == "wandb" else None
     refused = [*issues, *(issue for issue in (taken, login) if issue is not None)]
     if refused:
         fail(SpecError(refused))
+    for line in placement:
+        print(line, file=sys.stderr)
     node_rank = spec.node_rank if spec.node_rank is not None else 0
     if plan.rendezvous_address and str(run_leaf_of(resolved)).startswith("k8s-"):
         k8s_dns.wait_for_dns(split_host_port(plan.rendezvous_address)[0], plan.rendezvous_timeout_s)

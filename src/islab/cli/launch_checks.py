@@ -14,8 +14,10 @@ Three checks, cheapest first, each refusing with a message that names the fix:
 
 from __future__ import annotations
 
+import os
 import sys
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
@@ -27,10 +29,15 @@ from islab.doctor import facts as doctor_facts
 from islab.doctor import report as doctor_report
 from islab.plan.launch_plan import LaunchPlan
 from islab.plan.preflight import DEFAULT_PREFLIGHT_TIMEOUT_S, probe_plan
+from islab.preflight.prediction import predict, prediction_line
+from islab.preflight.report import PREDICTION_KEY, write_report
 from islab.run.preflight import PreflightOutcome, run_preflight
 from islab.rundir import continued_run_dir, latest_checkpoint, read_heartbeats, summary_path
+from islab.spec.agent_config import load_agent_config
 from islab.spec.issues import Issue, SpecError
 from islab.spec.run_spec import RunSpec
+from islab.spec.sync_cost import SyncWork, sync_mode, sync_work
+from islab.tasks import TASKS
 
 
 @dataclass(frozen=True)
@@ -57,10 +64,39 @@ def preflight_options(options: dict[str, Any]) -> PreflightOptions:
 
 
 def run_collective_check(spec: RunSpec, plan: LaunchPlan, node_rank: int, timeout_s: int) -> PreflightOutcome:
-    """This node's part of the pre-flight probe; its line or message goes to stderr."""
+    """This node's part of the pre-flight probe; its line or message goes to stderr. On node 0 of a
+    healthy job of islab's worker, a second line predicts the sync cost per iteration (also in
+    ``preflight.json`` under ``prediction``)."""
     outcome = run_preflight(probe_plan(plan, spec, timeout_s), node_rank, timeout_s)
     print(outcome.message, file=sys.stderr, flush=True)
+    work = sync_work_of(spec, os.environ) if outcome.ok and outcome.report and node_rank == 0 else None
+    predicted = predict(work, outcome.report) if work is not None and outcome.report else None
+    if predicted is not None:
+        report = {**(outcome.report or {}), PREDICTION_KEY: predicted}
+        write_report(plan.run_dir, report)
+        print(prediction_line(predicted), file=sys.stderr, flush=True)
+        outcome = replace(outcome, report=report)
     return outcome
+
+
+def sync_work_of(spec: RunSpec, environ: Mapping[str, str]) -> SyncWork | None:
+    """What islab's worker will synchronise per iteration (updates, gradient sizes), from the agent
+    config and the task's sizes; None for a user's entry point (--script, --isaaclab, --mjlab: their
+    update loop is not ours to read), ``ISLAB_SYNC=stock`` (its counts are measured, not derived) or
+    a config or task this model cannot read."""
+    if spec.entrypoint is not None:
+        return None
+    try:
+        if sync_mode({**environ, **spec.env}) != "fused":
+            return None
+        info = TASKS[spec.task]
+        if info.observation_size is None or info.action_size is None:
+            return None
+        agent_cfg = load_agent_config(spec.lib, spec.task, spec.overrides)
+        return sync_work(spec.lib, spec.ml_framework, agent_cfg, observation_size=info.observation_size,
+                         action_size=info.action_size, num_envs=spec.num_envs)  # fmt: skip
+    except (ValueError, KeyError, OSError):
+        return None
 
 
 def run_dir_taken(spec: RunSpec, plan: LaunchPlan, job_leaf: str | None, *, now: float) -> Issue | None:

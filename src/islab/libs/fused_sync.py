@@ -33,16 +33,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-SYNC_ENV = "ISLAB_SYNC"
-SYNC_MODES = ("fused", "stock")
+from islab.spec import sync_cost
 
 
 def sync_mode(environ: dict[str, str] | None = None) -> str:
-    """``fused`` or ``stock`` from ``ISLAB_SYNC`` (default ``fused``); anything else is an error."""
-    value = (os.environ if environ is None else environ).get(SYNC_ENV, "").strip().lower() or "fused"
-    if value not in SYNC_MODES:
-        raise ValueError(f"error: {SYNC_ENV}: {value!r} is not fused or stock. Set {SYNC_ENV}=fused or stock.")
-    return value
+    """``fused`` or ``stock`` from ``ISLAB_SYNC`` (default ``fused``; :func:`islab.spec.sync_cost.sync_mode`)."""
+    return sync_cost.sync_mode(os.environ if environ is None else environ)
 
 
 def use_fused_sync(distributed: bool) -> bool:

@@ -64,6 +64,7 @@ from islab.libs.rl_games_agent import RankAwareA2CAgent
 from islab.libs.rl_games_episodes import episode_stats, load_meters
 from islab.libs.rl_games_normalizer import GlobalRunningMeanStd, library_syncs_normalizer, use_global_normalizers
 from islab.spec.budget import rollout_length
+from islab.spec.sync_cost import fit_minibatch_size
 from islab.worker.context import RankContext
 
 __all__ = [
@@ -150,15 +151,6 @@ class EpisodeLogObserver(AlgoObserver):
                 self.writer.add_scalar(f"Episode/{key}", float(total) / steps, epoch_num)
         self.sums.clear()
         self.counts.clear()
-
-
-def fit_minibatch_size(requested: int, batch_size: int) -> int:
-    """The largest minibatch size <= ``requested`` that divides ``batch_size`` (rl_games requires
-    it to divide num_envs * horizon_length; Isaac Lab's 16384 assumes 4096 envs)."""
-    size = min(requested, batch_size)
-    while batch_size % size:
-        size -= 1
-    return size
 
 
 class RlGamesAdapter(LibraryAdapter):

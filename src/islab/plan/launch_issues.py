@@ -5,15 +5,24 @@ A dry run skips these; ``doctor`` shows the platform and GPU ones as its rows.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from islab.plan import torchrun
+from islab.plan.placement import cuda_visible_devices_issue
 from islab.spec.issues import Issue
 from islab.spec.run_spec import RunSpec
 
 
-def launch_issues(spec: RunSpec, *, platform: str, visible_gpus: int) -> list[Issue]:
+def launch_issues(
+    spec: RunSpec, *, platform: str, visible_gpus: int, environ: Mapping[str, str] | None = None
+) -> list[Issue]:
     """Reasons a *real* launch of ``spec`` cannot start on this node (a dry run skips these).
-    The doctor shows the platform and GPU ones as its rows; it does not check them again."""
-    found = (platform_issue(spec.device, platform), node_rank_issue(spec), gpu_issue(spec, visible_gpus))
+    The doctor shows the platform and GPU ones as its rows; it does not check them again.
+    ``environ``: this shell's environment (the ranks get the spec's ``env:`` on top), for a
+    CUDA_VISIBLE_DEVICES that names a GPU twice -- the cause, named instead of the GPU count it spoils."""
+    devices = cuda_visible_devices_issue(spec, environ or {})
+    gpus = devices or gpu_issue(spec, visible_gpus)
+    found = (platform_issue(spec.device, platform), node_rank_issue(spec), gpus)
     return [issue for issue in found if issue is not None]
 
 

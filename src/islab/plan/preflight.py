@@ -11,6 +11,9 @@ rendezvous, environment, devices and world size, node by node -- and replaces on
   pre-flight timeout and none, so a node that never comes is named in seconds, not after the
   training's rendezvous timeout; a c10d rendezvous id gets ``-preflight`` (same endpoint, a
   rendezvous of its own);
+* torchrun runs under :mod:`islab.preflight.quick_exit` (``python -m islab.preflight.quick_exit -m
+  torch.distributed.run ...``): the same torchrun with the same options, which ends without the
+  interpreter's teardown of torch once its ``main`` returns (seconds the pre-flight would wait);
 * the environment gains ``NCCL_DEBUG=INFO`` (``INIT,NET``: the interface and transport NCCL chose,
   its warnings) and ``ISLAB_PREFLIGHT_FIELDS``, the JSON of the fields every node must agree on
   (:func:`islab.plan.plan.shared_values`), which the probe compares across nodes.
@@ -26,13 +29,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 
-from islab.plan import skrl_jax
+from islab.plan import skrl_jax, torchrun
 from islab.plan.launch_plan import LaunchPlan, NodePlan
 from islab.plan.plan import shared_values
 from islab.preflight.report import FIELDS_VARIABLE
 from islab.spec.run_spec import RunSpec
 
 PROBE_MODULE = "islab.preflight.probe"
+QUICK_EXIT_MODULE = "islab.preflight.quick_exit"  # torchrun, ended without the interpreter's teardown
 DEFAULT_PREFLIGHT_TIMEOUT_S = 60
 # The probe's hard wall-clock limit is its timeout plus this: every probe process is killed then.
 KILL_AFTER_S = 5
@@ -68,8 +72,13 @@ def _swap_program(argv: Sequence[str], program: Sequence[str], probe: Sequence[s
 
 def _bounded_torchrun(argv: Sequence[str], timeout_s: int) -> tuple[str, ...]:
     """torchrun's rendezvous wait set to ``timeout_s`` (``join_timeout`` for c10d, the store's
-    ``timeout`` for a static rendezvous: added when the job leaves torchrun's default), no restarts."""
+    ``timeout`` for a static rendezvous: added when the job leaves torchrun's default), no restarts,
+    run under :data:`QUICK_EXIT_MODULE`."""
     argv = list(argv)
+    for index in range(len(argv) - 1):
+        if argv[index : index + 2] == ["-m", torchrun.MODULE]:
+            argv[index:index] = ["-m", QUICK_EXIT_MODULE]
+            break
     c10d = "--rdzv_backend" in argv and argv[argv.index("--rdzv_backend") + 1] == "c10d"
     wait = f"{'join_timeout' if c10d else 'timeout'}={timeout_s}"
     if "--rdzv_conf" not in argv:

@@ -27,13 +27,14 @@ if TYPE_CHECKING:
 
 NAME = "torchrun"
 WORKER_MODULE = "islab.worker"
+MODULE = "torch.distributed.run"  # what `python -m` runs as torchrun
 
 
 def node_argv(spec: RunSpec, node_rank: int, derived: Mapping[str, str], program: Sequence[str]) -> tuple[str, ...]:
     """torchrun's options for ``node_rank``, then ``program``: ``-m islab.worker ARGS`` or the user's
     entry point (:func:`islab.plan.plan.program_of`)."""
     argv = [
-        spec.python, "-m", "torch.distributed.run",
+        spec.python, "-m", MODULE,
         "--nproc_per_node", str(spec.nproc_per_node),
         "--nnodes", spec.nnodes_text,
     ]  # fmt: skip
@@ -102,7 +103,7 @@ def supervised_argv(argv: Sequence[str], log_dir: str | None = None) -> tuple[st
     already present are kept; any other command is returned unchanged."""
     argv = tuple(argv)
     for index in range(len(argv) - 1):
-        if argv[index] == "-m" and argv[index + 1] == "torch.distributed.run":
+        if argv[index] == "-m" and argv[index + 1] == MODULE:
             added: list[str] = []
             if "--tee" not in argv and "-t" not in argv:
                 added += ["--tee", "3"]

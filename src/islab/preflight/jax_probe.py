@@ -18,6 +18,7 @@ from typing import Any
 
 from islab.preflight.identity import identity
 from islab.preflight.report import PROBLEM_EXIT, build_report, done_line, identity_problems, write_report
+from islab.spec.sync_cost import ring_bytes
 
 IDENTITY_BYTES = 4096  # identities travel as fixed-size byte rows (process_allgather needs one shape)
 JAX_SIZES_BYTES = (4, 4_194_304)  # each new shape compiles the psum again (seconds on CPU)
@@ -66,7 +67,7 @@ def jax_probe(args: argparse.Namespace) -> int:
                     times.append(time.perf_counter() - start)
                 exact = exact and bool(jnp.all(out == expected))
             median = statistics.median(times)
-            busbw = size / median * 2 * (world - 1) / world / 1e9
+            busbw = ring_bytes(size, world) / median / 1e9
             measured.append({"bytes": size, "median_us": round(median * 1e6, 1),
                              "busbw_gbps": float(f"{busbw:.3g}"), "exact": exact})  # fmt: skip
     report = build_report(identities, measured, time.perf_counter() - started, problems)

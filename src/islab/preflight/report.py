@@ -106,14 +106,17 @@ def build_report(
 
 
 REPORT_KEYS = ("ok", "world_size", "nodes", "ranks", "all_reduce", "seconds", "problems")
+PREDICTION_KEY = "prediction"  # added by the launcher for islab's worker (islab.preflight.prediction)
 PROBLEM_KEYS = ("what", "ranks", "fix")
 
 
 def public_report(report: Mapping[str, Any]) -> dict[str, Any]:
     """The documented shape of ``preflight.json`` / ``doctor --collectives --json``: only
-    :data:`REPORT_KEYS`, each problem only :data:`PROBLEM_KEYS`."""
+    :data:`REPORT_KEYS` (and :data:`PREDICTION_KEY` when there is one), each problem only :data:`PROBLEM_KEYS`."""
     shaped = {key: report.get(key) for key in REPORT_KEYS}
     shaped["problems"] = [{key: problem.get(key) for key in PROBLEM_KEYS} for problem in report.get("problems") or []]
+    if report.get(PREDICTION_KEY):
+        shaped[PREDICTION_KEY] = dict(report[PREDICTION_KEY])
     return shaped
 
 
