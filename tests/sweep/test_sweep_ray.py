@@ -7,11 +7,17 @@ starting things: ~15 s of a trial is starting islab-train, torchrun and the work
 is a second or two: 16 envs, a few iterations), ~10-20 s of a sweep is starting Ray and Tune. So:
 
 * each sweep runs as few trials as its claims need, and a claim rides in a sweep another claim
-  needs anyway: the grid sweep has the failing configuration *and* is interrupted and resumed; the
-  Optuna sweep runs ASHA *and* is interrupted and resumed;
+  needs anyway: the grid sweep has the failing configuration, is interrupted and resumed, and its
+  resumed trials run on a two-node Ray cluster; the Optuna sweep runs ASHA and is interrupted and
+  resumed;
 * the first attempt of the grid sweep starts its own embedded Ray (what "Ctrl-C leaves nothing
-  behind, Ray included" is about); the other attempts join one Ray started once for this module
-  (the sweep's own ``start_ray``) with ``--ray-address``, as a user joins a cluster.
+  behind, Ray included" is about); the other attempts join one Ray cluster started once for this
+  module with ``--ray-address``, as a user joins a cluster: two nodes in two network namespaces
+  (docs/SWEEPS.md's ``ray start`` recipe; needs root, which CI has), else one local Ray.
+
+``ray stop`` is never used: it stops every Ray process of the host, including other sweeps'. The
+namespaces' processes are killed when the namespaces are deleted (tests/netns.py), and each node
+has its own Ray temp directory.
 """
 
 from __future__ import annotations
@@ -23,25 +29,30 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 import pytest
 import yaml
-from netns import alive, collect_tree, kill_all, wait_until
+from netns import Node, alive, collect_tree, kill_all, namespace_pids, two_nodes, unavailable_reason, wait_until
 from paths import SRC
+from prerequisites import AS_ROOT_IN_CI
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs("ray", "optuna", "psutil")]
 
+RAY = str(Path(sys.executable).parent / "ray")
+GCS_PORT = 6379  # each namespace has its own ports
 RUN = {"lib": "rsl_rl", "device": "cpu", "nproc_per_node": 1, "num_envs": 16, "max_iterations": 12}
 # Ctrl-C comes while a trial has trained at most this many of its iterations: the rest is time for
 # SIGINT to reach it through Tune (its SIGTERM checkpoints the iteration it is at).
 CTRL_C_BY = 4
 TRIAL_FIELDS = {"id", "config", "seed", "status", "metric", "run_dir", "log", "start", "end", "node"}
 CONFIG_FIELDS = {"config", "metric_mean", "metric_std", "seeds", "finished"}
-SHARED_RAY = """
+LOCAL_RAY = """
 import sys
 import ray
 from islab.sweep.driver import start_ray
@@ -61,12 +72,49 @@ def environment() -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="module")
-def shared_ray() -> Iterator[str]:
-    """One Ray for this module's sweeps that join one (``--ray-address``): the sweep's own embedded
-    Ray, started once in a helper process; stopped (and every process of it killed) at the end."""
+@dataclass(frozen=True)
+class Cluster:
+    """The Ray cluster the sweeps join: ``address``; where its driver runs (the head's namespace);
+    ``nodes``, the two nodes' addresses (None: one local Ray, no network namespaces here)."""
+
+    address: str
+    head: Node | None = None
+    worker: Node | None = None
+    unavailable: str | None = None  # why there are no two nodes
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        return self.head.command(argv) if self.head else list(argv)
+
+    @property
+    def nodes(self) -> set[str] | None:
+        return {self.head.address, self.worker.address} if self.head and self.worker else None
+
+
+def ray_start(node: Node, *args: str) -> None:
+    """``ray start`` in the node's namespace; again when Ray's fixed 30 s for a node to register
+    ran out (a loaded machine), after killing what the failed attempt left in the namespace."""
+    for attempt in range(3):
+        temp_dir = tempfile.mkdtemp(prefix=f"islab-ray-{node.namespace}-")
+        result = subprocess.run(
+            node.command([RAY, "start", *args, "--node-ip-address", node.address, "--num-cpus", "1", "--num-gpus",
+                          "0", "--temp-dir", temp_dir, "--disable-usage-stats"]),
+            capture_output=True, text=True, env=environment(), timeout=180,
+        )  # fmt: skip
+        if result.returncode == 0 or "timed out during startup" not in result.stderr or attempt == 2:
+            break
+        for pid in namespace_pids(node.namespace):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(2)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+
+
+@contextlib.contextmanager
+def local_ray() -> Iterator[str]:
+    """The sweep's own embedded Ray (``start_ray``), started once in a helper process, for sweeps
+    that join it; stopped, and every process of it killed, at the end."""
     helper = subprocess.Popen(
-        [sys.executable, "-c", SHARED_RAY], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        [sys.executable, "-c", LOCAL_RAY], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         env=environment(), start_new_session=True,
     )  # fmt: skip
     seen: dict[int, psutil.Process] = {}
@@ -76,7 +124,7 @@ def shared_ray() -> Iterator[str]:
             if line.startswith("ADDRESS "):
                 address = line.split()[1]
                 break
-        assert address, f"the shared Ray did not start (exit {helper.wait()})"
+        assert address, f"the local Ray did not start (exit {helper.wait()})"
         yield address
     finally:
         collect_tree(helper.pid, seen)
@@ -85,6 +133,25 @@ def shared_ray() -> Iterator[str]:
         with contextlib.suppress(subprocess.TimeoutExpired):
             helper.wait(timeout=60)
         kill_all(seen)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[Cluster]:
+    """One Ray cluster for this module's sweeps that join one: two one-core nodes in two network
+    namespaces (``ray start --head`` in one, ``ray start --address`` in the other, as
+    docs/SWEEPS.md says), started once. Without root (a developer's machine) one local Ray instead;
+    CI runs as root, so there it must be the two nodes."""
+    unavailable = unavailable_reason()
+    if unavailable is None:
+        with two_nodes() as (head, worker):
+            ray_start(head, "--head", "--port", str(GCS_PORT), "--include-dashboard", "false")
+            ray_start(worker, "--address", f"{head.address}:{GCS_PORT}")
+            yield Cluster(f"{head.address}:{GCS_PORT}", head, worker)
+        return
+    if AS_ROOT_IN_CI:
+        pytest.fail(f"{unavailable} -- CI runs as root with iproute2, so the two-node cluster must start here")
+    with local_ray() as address:
+        yield Cluster(address, unavailable=unavailable)
 
 
 def write_sweep(tmp_path: Path, **fields) -> Path:
@@ -169,9 +236,9 @@ def interrupt_when(
     return sweep_dir, ended
 
 
-def resume(tmp_path: Path, sweep_dir: Path, address: str, *more: str) -> subprocess.CompletedProcess[str]:
+def resume(tmp_path: Path, sweep_dir: Path, cluster: Cluster, *more: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        sweep_command("--resume", str(sweep_dir), "--ray-address", address, *more),
+        cluster.command(sweep_command("--resume", str(sweep_dir), "--ray-address", cluster.address, *more)),
         capture_output=True, text=True, cwd=tmp_path, env=environment(), timeout=600,
     )  # fmt: skip
 
@@ -192,13 +259,14 @@ def assert_kept_and_continued(before: dict[str, dict], trials: dict[str, dict]) 
     return continued
 
 
-def test_grid_sweep_two_at_a_time_a_failed_trial_ctrl_c_and_resume(tmp_path, shared_ray):
+def test_grid_sweep_two_at_a_time_a_failed_trial_ctrl_c_and_resume_on_two_nodes(tmp_path, ray_cluster):
     """2 configurations x 2 seeds train for real, 2 trials at a time, and a third configuration (the
     first in the file) whose learning rate is negative fails at run time (torch's Adam refuses it; a
     value that is not a number would be refused before anything starts): it is reported, the others
     still run. Ctrl-C while the last configuration's seeds train: nothing of the sweep is left
-    running (trials, ranks, its embedded Ray); ``--resume`` keeps every trial that ended and
-    continues the interrupted ones from their checkpoints. Exit 1 (a trial failed)."""
+    running (trials, ranks, its embedded Ray); ``--resume`` on the two-node cluster keeps every
+    trial that ended and continues the interrupted ones from their checkpoints, one on each node
+    (sweep.json says where each ran), at the same time. Exit 1 (a trial failed)."""
     path = write_sweep(
         tmp_path,
         seeds=2,
@@ -217,7 +285,7 @@ def test_grid_sweep_two_at_a_time_a_failed_trial_ctrl_c_and_resume(tmp_path, sha
         "c00-s1": "failed", "c00-s2": "failed", "c01-s1": "finished", "c01-s2": "finished",
     }  # fmt: skip
 
-    result = resume(tmp_path, sweep_dir, shared_ray, "--json")
+    result = resume(tmp_path, sweep_dir, ray_cluster, "--json")
     assert result.returncode == 1 and result.stdout, result.stderr[-4000:]
     summary = json.loads((sweep_dir / "sweep.json").read_text())
     assert json.loads(result.stdout) == summary  # --json prints sweep.json's content
@@ -261,6 +329,10 @@ def test_grid_sweep_two_at_a_time_a_failed_trial_ctrl_c_and_resume(tmp_path, sha
     assert (sweep_dir / "summary.md").read_text().count("learning_rate=") >= 3
     assert (sweep_dir / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
+    if ray_cluster.nodes is None:
+        pytest.skip(f"everything but the two nodes was checked: {ray_cluster.unavailable}")
+    assert {trials["c02-s1"]["node"], trials["c02-s2"]["node"]} == ray_cluster.nodes  # one trial on each
+
 
 def study_of(experiment_dir: Path):
     """The Optuna study an attempt's searcher ended with: Tune saves the searcher in its experiment
@@ -273,7 +345,7 @@ def study_of(experiment_dir: Path):
     return searcher._ot_study  # the searcher has no public accessor for its study
 
 
-def test_optuna_with_asha_ctrl_c_and_resume_continues_the_search(tmp_path, shared_ray):
+def test_optuna_with_asha_ctrl_c_and_resume_continues_the_search(tmp_path, ray_cluster):
     """Optuna proposes 3 configurations, one trial at a time, ASHA may stop weak ones early (at
     iteration 6 or 12: past the Ctrl-C, so that the trial Ctrl-C interrupts is not also stopped by
     ASHA, and the first trial at a rung is never stopped); Ctrl-C once a trial has ended and another
@@ -292,10 +364,10 @@ def test_optuna_with_asha_ctrl_c_and_resume_continues_the_search(tmp_path, share
         training = [progress_lines(trial) for trial in sweep_dir.glob("trials/*") if trial.name not in ended]
         return len(ended) >= 1 and any(1 <= lines <= CTRL_C_BY for lines in training)
 
-    command = sweep_command(str(path), "--ray-address", shared_ray)
+    command = ray_cluster.command(sweep_command(str(path), "--ray-address", ray_cluster.address))
     sweep_dir, before = interrupt_when(tmp_path, command, one_ended_one_trains, embedded_ray=False)
 
-    result = resume(tmp_path, sweep_dir, shared_ray)
+    result = resume(tmp_path, sweep_dir, ray_cluster)
     assert result.returncode == 0, result.stderr[-4000:]
     summary = json.loads((sweep_dir / "sweep.json").read_text())
     trials = {trial["id"]: trial for trial in summary["trials"]}
