@@ -259,6 +259,7 @@ def assert_kept_and_continued(before: dict[str, dict], trials: dict[str, dict]) 
     return continued
 
 
+@pytest.mark.netns
 def test_grid_sweep_two_at_a_time_a_failed_trial_ctrl_c_and_resume_on_two_nodes(tmp_path, ray_cluster):
     """2 configurations x 2 seeds train for real, 2 trials at a time, and a third configuration (the
     first in the file) whose learning rate is negative fails at run time (torch's Adam refuses it; a
@@ -345,6 +346,7 @@ def study_of(experiment_dir: Path):
     return searcher._ot_study  # the searcher has no public accessor for its study
 
 
+@pytest.mark.netns
 def test_optuna_with_asha_ctrl_c_and_resume_continues_the_search(tmp_path, ray_cluster):
     """Optuna proposes 3 configurations, one trial at a time, ASHA may stop weak ones early (at
     iteration 6 or 12: past the Ctrl-C, so that the trial Ctrl-C interrupts is not also stopped by
