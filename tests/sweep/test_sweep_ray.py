@@ -52,6 +52,7 @@ RUN = {"lib": "rsl_rl", "device": "cpu", "nproc_per_node": 1, "num_envs": 16, "m
 CTRL_C_BY = 4
 TRIAL_FIELDS = {"id", "config", "seed", "status", "metric", "run_dir", "log", "start", "end", "node"}
 CONFIG_FIELDS = {"config", "metric_mean", "metric_std", "seeds", "finished"}
+SEARCH = {"algorithm.learning_rate": {"loguniform": [1.0e-4, 1.0e-2]}, "algorithm.entropy_coef": [0.0, 0.01]}
 LOCAL_RAY = """
 import sys
 import ray
@@ -348,16 +349,15 @@ def study_of(experiment_dir: Path):
 
 @pytest.mark.netns
 def test_optuna_with_asha_ctrl_c_and_resume_continues_the_search(tmp_path, ray_cluster):
-    """Optuna proposes 3 configurations, one trial at a time, ASHA may stop weak ones early (at
-    iteration 6 or 12: past the Ctrl-C, so that the trial Ctrl-C interrupts is not also stopped by
-    ASHA, and the first trial at a rung is never stopped); Ctrl-C once a trial has ended and another
-    trains. ``--resume`` continues the search: the trials that
-    ended are kept, the interrupted configuration is run again first (the same trial, continued from
-    its checkpoint), and the new study knows the earlier results -- its trials are the first
-    attempt's, told with their metrics, then the rest: 3 in all, not a fresh study's count."""
-    search = {"algorithm.learning_rate": {"loguniform": [1.0e-4, 1.0e-2]}, "algorithm.entropy_coef": [0.0, 0.01]}
+    """Optuna proposes 2 configurations, one trial at a time, with ASHA on (its rungs at iterations 6
+    and 12, past the Ctrl-C, so that the trial Ctrl-C interrupts is not also stopped by ASHA); Ctrl-C
+    once the first has ended and the second trains. ``--resume`` continues the search: the trial
+    that ended is kept, the interrupted configuration is proposed again (the same trial, continued
+    from its checkpoint), and the new study knows the earlier result: 2 trials in all, the first
+    attempt's told with its metric -- not a fresh study's count. (That a resumed search then
+    proposes new configurations, not the first attempt's again, is checked without Ray below.)"""
     path = write_sweep(
-        tmp_path, seeds=1, search=search, searcher="optuna", samples=3, scheduler="asha",
+        tmp_path, seeds=1, search=SEARCH, searcher="optuna", samples=2, scheduler="asha",
         asha={"grace_period": 6, "reduction_factor": 2}, max_concurrent=1,
     )  # fmt: skip
 
@@ -373,7 +373,7 @@ def test_optuna_with_asha_ctrl_c_and_resume_continues_the_search(tmp_path, ray_c
     assert result.returncode == 0, result.stderr[-4000:]
     summary = json.loads((sweep_dir / "sweep.json").read_text())
     trials = {trial["id"]: trial for trial in summary["trials"]}
-    assert len(trials) == 3 and len({json.dumps(t["config"], sort_keys=True) for t in trials.values()}) == 3
+    assert len(trials) == 2 and len({json.dumps(t["config"], sort_keys=True) for t in trials.values()}) == 2
     for trial in trials.values():
         assert trial["status"] == "finished"
         assert 1.0e-4 <= trial["config"]["algorithm.learning_rate"] <= 1.0e-2
@@ -381,12 +381,10 @@ def test_optuna_with_asha_ctrl_c_and_resume_continues_the_search(tmp_path, ray_c
         assert "algorithm.learning_rate=" in trial["command"] and "algorithm.entropy_coef=" in trial["command"]
     assert summary["best"]["config"] == summary["configs"][0]["config"]
     assert "algorithm.learning_rate=" in summary["best"]["command"]
-    continued = assert_kept_and_continued(before, trials)
-    proposed = [trial for ident, trial in trials.items() if ident not in before and trial not in continued]
-    assert all(c["start"] < p["start"] for c in continued for p in proposed), "the interrupted one runs first"
+    assert len(before) == 1 and len(assert_kept_and_continued(before, trials)) == 1
 
     study = study_of(sweep_dir / "ray" / "tune-1")  # the resumed attempt's
-    assert len(study.trials) == 3, "the resumed study continues the first one's count"
+    assert len(study.trials) == 2, "the resumed study continues the first one's count"
     assert sorted((repr(trial.params), trial.value) for trial in study.trials) == sorted(
         (repr(trial["config"]), trial["metric"]) for trial in trials.values()
     )  # it knows every result: the first attempt's, told, and its own
@@ -412,3 +410,36 @@ def test_a_seed_an_earlier_attempt_ended_keeps_its_record_and_starts_nothing(tmp
     assert trial.step() == {
         "trial_id_islab": kept.id, "done": True, "kept": True, "trial_status": "finished", "node": None, "metric": 7.0,
     }  # fmt: skip
+
+
+def test_a_resumed_optuna_search_proposes_the_unfinished_configuration_then_new_ones(tmp_path):
+    """Without Ray (Tune's searchers, as the sweep builds them): the first attempt's searcher proposed
+    A and B; A ended, B was interrupted. The resumed attempt's searcher knows A's result, proposes B
+    first, then configurations neither attempt proposed (its sampler is seeded anew: with the first
+    attempt's seed it would draw A again)."""
+    from islab.sweep.driver import _search
+    from islab.sweep.load import load_sweep
+    from islab.sweep.summary import write_record, write_trial_config
+    from islab.sweep.trainable import SweepContext
+    from islab.sweep.trial_process import ProgressSource
+
+    loaded = load_sweep(write_sweep(tmp_path, seeds=1, search=SEARCH, searcher="optuna", samples=4))
+    context = SweepContext(
+        trials={}, cwd=str(tmp_path), metric="metric", over_last=3, source=ProgressSource(), sweep_dir=str(tmp_path),
+        seeds=(1,), search_keys=tuple(SEARCH),
+    )  # fmt: skip
+    first, _, samples = _search(loaded, [], {}, str(tmp_path), 0)
+    a, b = (context.trial_for(first.suggest(ident)) for ident in ("t0", "t1"))
+    assert samples == 4 and a.config != b.config
+    for trial in (a, b):
+        write_trial_config(trial)
+    write_record(tmp_path, {"id": a.id, "config": dict(a.config), "seed": 1, "status": "finished", "metric": 5.0})
+
+    records = {a.id: json.loads((tmp_path / "trials" / a.id / "trial.json").read_text())}
+    resumed, _, samples = _search(loaded, [], records, str(tmp_path), 1)
+    assert samples == 3  # B and two new ones
+    proposed = [dict(context.trial_for(resumed.suggest(ident)).config) for ident in ("u0", "u1", "u2")]
+    assert proposed[0] == b.config
+    assert all(config not in (a.config, b.config) for config in proposed[1:]), proposed
+    study = resumed.searcher._ot_study  # (the Repeater's searcher; no public accessor for its study)
+    assert [(trial.params, trial.value) for trial in study.trials if trial.value is not None] == [(a.config, 5.0)]
