@@ -7,6 +7,7 @@ The real runs (Ray, trials training) are in tests/sweep/test_sweep_ray.py.
 from __future__ import annotations
 
 import json
+import os
 import random
 import shlex
 import subprocess
@@ -20,9 +21,11 @@ from paths import REPO
 
 from islab.spec.agent_config import parse_override
 from islab.sweep.curves import config_band
+from islab.sweep.driver import optuna_history
 from islab.sweep.load import parse_sweep
 from islab.sweep.schema import SweepSpec
 from islab.sweep.summary import summarize
+from islab.sweep.trial_process import find_run_dir
 from islab.sweep.trials import configurations, draw, override_text
 
 EXAMPLE = REPO / "configs" / "sweeps" / "cartpole-lr.yaml"
@@ -266,3 +269,40 @@ def test_summary_groups_seeds_ranks_configs_and_names_the_best_command():
 def test_curve_band_spans_the_seeds_min_to_max():
     steps, mean, low, high = config_band([[[100, 1.0], [200, 3.0]], [[100, 3.0], [200, 5.0], [300, 9.0]]])
     assert steps == [100, 200] and mean == [2.0, 4.0] and low == [1.0, 3.0] and high == [3.0, 5.0]
+
+
+# -- resuming (pure) -------------------------------------------------------------------------------
+
+
+def test_optuna_history_tells_configurations_whose_seeds_all_ended_and_lists_the_unfinished():
+    """What a resumed Optuna sweep tells its new study (mean of the finished seeds; None when every
+    seed failed) and proposes first (started, or partly ended)."""
+    records = {
+        "oa-s1": _record("oa-s1", {"lr": 1}, 1, "finished", 10.0),
+        "oa-s2": _record("oa-s2", {"lr": 1}, 2, "finished", 20.0),
+        "ob-s1": _record("ob-s1", {"lr": 2}, 1, "finished", 30.0),
+        "ob-s2": _record("ob-s2", {"lr": 2}, 2, "failed", None),
+        "oc-s1": _record("oc-s1", {"lr": 3}, 1, "failed", None),
+        "oc-s2": _record("oc-s2", {"lr": 3}, 2, "failed", None),
+        "od-s1": _record("od-s1", {"lr": 4}, 1, "finished", 5.0),  # od-s2 interrupted
+    }
+    started = {ident: {"id": ident, "config": r["config"], "seed": r["seed"]} for ident, r in records.items()}
+    started["od-s2"] = {"id": "od-s2", "config": {"lr": 4}, "seed": 2}
+    started["oe-s1"] = {"id": "oe-s1", "config": {"lr": 5}, "seed": 1}  # interrupted before its second seed
+    history = optuna_history(started, records, [1, 2])
+    assert history.told == [({"lr": 1}, 15.0), ({"lr": 2}, 30.0), ({"lr": 3}, None)]
+    assert history.unfinished == [{"lr": 4}, {"lr": 5}]
+    assert optuna_history({}, {}, [1]).told == [] == optuna_history({}, {}, [1]).unfinished
+
+
+def test_a_trial_started_again_reads_its_new_run_directory_not_the_one_an_earlier_attempt_left(tmp_path):
+    """A trial stopped before its first checkpoint starts again in a new run directory next to the
+    old one (same trial directory): its progress is the new one's."""
+    old, new = tmp_path / "rsl_rl" / "Task" / "t1", tmp_path / "rsl_rl" / "Task" / "t2"
+    for run_dir in (old, new):
+        run_dir.mkdir(parents=True)
+        (run_dir / "launch.yaml").write_text("{}\n")
+    os.utime(old / "launch.yaml", (1, 1))  # the older one
+    assert find_run_dir(tmp_path) == new
+    assert find_run_dir(tmp_path, besides=[new]) == old
+    assert find_run_dir(tmp_path, besides=[old, new]) is None

@@ -6,11 +6,16 @@
   directory at the same path (a shared filesystem) and have islab-train installed.
 * Tune: grid and random sweeps hand Tune the planned trial ids (a grid over them), so Tune only
   schedules; Optuna proposes configurations (each repeated once per seed by Ray's ``Repeater``).
-  ASHA, when asked, stops weak trials early on the metric.
+  ASHA, when asked, stops weak trials early on the metric. Tune reuses a trial's Ray actor for the
+  next trial (``reuse_actors``): no Ray worker process to start per trial.
 * The end: each trial's record is written as it ends (:mod:`islab.sweep.summary`). Ctrl-C: Tune
   stops every trial (their islab-train process groups get SIGTERM: they checkpoint and stop);
   Ray is shut down; any process group still alive is stopped. ``--resume SWEEP_DIR`` then runs
   the trials without a record, continuing those that left a checkpoint.
+* ``--resume`` of an Optuna sweep continues its search (:func:`optuna_history`): the new study is
+  told every configuration whose seeds all ended (the mean of their metrics, as the Repeater
+  reported it), the configurations an interrupted attempt left unfinished are proposed first (their
+  ended seeds keep their records, the others continue), and Optuna proposes the rest.
 
 Exit status: 0 every trial finished, 1 a trial failed, 130 interrupted (resume it), 2 nothing could start.
 """
@@ -22,7 +27,8 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +37,9 @@ from islab.run.processes import process_tree
 from islab.spec.issues import Issue
 from islab.sweep.live import TrialBoard
 from islab.sweep.load import LoadedSweep, fit_issues
-from islab.sweep.summary import TERMINAL_STATUSES, read_records
+from islab.sweep.summary import TERMINAL_STATUSES, TRIAL_CONFIG, config_key, is_number, read_records
 from islab.sweep.trial_process import ProgressSource, stop_leftovers
-from islab.sweep.trials import SweepPlan, Trial, trial_env
+from islab.sweep.trials import TRIALS_DIR, SweepPlan, Trial, trial_env
 
 EMBEDDED_OBJECT_STORE_BYTES = 100 * 1024 * 1024  # trials pass no data through Ray: keep /dev/shm free
 TUNE_DIR = "ray"
@@ -149,7 +155,8 @@ def run_sweep(loaded: LoadedSweep, plan: SweepPlan, *, address: str | None, cwd:
             interrupted = _fit(loaded, plan, todo, records, board, cwd)
     finally:
         ray.shutdown()
-        stop_leftovers(trial.log_dir for trial in todo)
+        # every trial directory: an Optuna trial's is known only once Optuna chose its configuration
+        stop_leftovers(Path(plan.sweep_dir, TRIALS_DIR).glob("*"))
         if address is None:
             kill_descendants()
     if interrupted:
@@ -187,7 +194,11 @@ def _fit(
     trainable = tune.with_resources(
         tune.with_parameters(IslabTrial, context=context), {"cpu": plan.resources.cpu, "gpu": plan.resources.gpu}
     )
-    search_alg, param_space, num_samples = _search(loaded, todo, records)
+    storage = Path(plan.sweep_dir, TUNE_DIR).absolute()
+    attempt = len(list(storage.glob("tune-*"))) if storage.exists() else 0
+    search_alg, param_space, num_samples = _search(loaded, todo, records, plan.sweep_dir, attempt)
+    if num_samples == 0:  # a resumed Optuna sweep whose configurations have all ended
+        return False
     recorder = _recorder(plan.sweep_dir, board, context.trial_for)
     scheduler = None
     if spec.scheduler == "asha":
@@ -200,8 +211,6 @@ def _fit(
             reduction_factor=spec.asha.reduction_factor,
         )
     ranked = scheduler is not None or search_alg is not None
-    storage = Path(plan.sweep_dir, TUNE_DIR).absolute()
-    attempt = len(list(storage.glob("tune-*"))) if storage.exists() else 0
     tuner = tune.Tuner(
         trainable,
         param_space=param_space,
@@ -212,6 +221,7 @@ def _fit(
             search_alg=search_alg,
             metric="metric" if ranked else None,
             mode=spec.metric.mode if ranked else None,
+            reuse_actors=True,  # IslabTrial.reset_config: the next trial in the same Ray worker
         ),
         run_config=tune.RunConfig(
             name=f"tune-{attempt}",
@@ -230,7 +240,10 @@ def _fit(
         interrupted = True
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    recorder.settle(interrupted=interrupted)
+    if interrupted:
+        for row in list(board.rows.values()):
+            if row.status == "running":
+                board.update(row.trial, status="stopped")
     return interrupted
 
 
@@ -246,7 +259,39 @@ def _install_sentinel() -> Callable[..., None]:
     return on_second_interrupt
 
 
-def _search(loaded: LoadedSweep, todo: list[Trial], records: Mapping[str, Any]) -> tuple[Any, dict[str, Any], int]:
+@dataclass
+class OptunaHistory:
+    """What earlier attempts of an Optuna sweep did: ``told`` the configurations whose seeds all
+    ended, each with the mean of its finished seeds' metrics (None: every seed failed); ``unfinished``
+    the configurations started but not ended on every seed (interrupted)."""
+
+    told: list[tuple[dict[str, Any], float | None]] = field(default_factory=list)
+    unfinished: list[dict[str, Any]] = field(default_factory=list)
+
+
+def optuna_history(
+    started: Mapping[str, Mapping[str, Any]], records: Mapping[str, Mapping[str, Any]], seeds: Sequence[int]
+) -> OptunaHistory:
+    """From the trials' ``config.json`` (``started``) and records: see :class:`OptunaHistory`."""
+    groups: dict[str, dict[str, Any]] = {}
+    for entry in [*started.values(), *records.values()]:
+        group = groups.setdefault(config_key(entry["config"]), {"config": dict(entry["config"]), "ended": {}})
+        record = records.get(entry["id"])
+        if record is not None and record.get("status") in TERMINAL_STATUSES:
+            group["ended"][record["seed"]] = record
+    history = OptunaHistory()
+    for group in groups.values():
+        if not set(seeds) <= set(group["ended"]):
+            history.unfinished.append(group["config"])
+            continue
+        values = [r["metric"] for r in group["ended"].values() if r["status"] == "finished" and is_number(r["metric"])]
+        history.told.append((group["config"], sum(values) / len(values) if values else None))
+    return history
+
+
+def _search(
+    loaded: LoadedSweep, todo: list[Trial], records: Mapping[str, Any], sweep_dir: str, attempt: int
+) -> tuple[Any, dict[str, Any], int]:
     """(search algorithm, param space, num_samples) for Tune."""
     from ray import tune
 
@@ -256,11 +301,21 @@ def _search(loaded: LoadedSweep, todo: list[Trial], records: Mapping[str, Any]) 
     from ray.tune.search import Repeater
     from ray.tune.search.optuna import OptunaSearch
 
-    space = {key: _tune_space(value) for key, value in spec.search.items()}
-    done_configs = {tuple(sorted(r["config"].items())) for r in records.values() if r["status"] in TERMINAL_STATUSES}
-    configs_left = max((spec.samples or 1) - len(done_configs), 0)
-    searcher = OptunaSearch(metric="metric", mode=spec.metric.mode, seed=spec.search_seed)
-    return Repeater(searcher, repeat=len(spec.seed_list)), space, configs_left * len(spec.seed_list)
+    history = optuna_history(read_records(sweep_dir, TRIAL_CONFIG), records, spec.seed_list)
+    space = OptunaSearch.convert_search_space({key: _tune_space(value) for key, value in spec.search.items()})
+    searcher = OptunaSearch(
+        space=space,
+        metric="metric",
+        mode=spec.metric.mode,
+        # a new stream per attempt: the first attempt's sampler state is not kept, and the same seed
+        # would propose the first attempt's configurations again
+        seed=spec.search_seed + attempt,
+        points_to_evaluate=history.unfinished or None,  # proposed first
+    )
+    for config, value in history.told:
+        searcher.add_evaluated_point(config, value, error=value is None)
+    configs_left = max((spec.samples or 1) - len(history.told), 0)
+    return Repeater(searcher, repeat=len(spec.seed_list)), {}, configs_left * len(spec.seed_list)
 
 
 def _tune_space(space: Any) -> Any:

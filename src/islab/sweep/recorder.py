@@ -2,9 +2,11 @@
 
 A trial that ends by itself reports its outcome in its last result (``trial_status``), and its
 record is written at once. A trial a scheduler stopped early (ASHA) ends without one: it counts
-as finished (``stopped_early``) with the metric it had -- unless the sweep was interrupted, when
-such trials are left without a record so that ``--resume`` runs them again. Each record keeps the
-trial's curve (env steps, value per iteration) for curves.png. Needs Ray.
+as finished (``stopped_early``) with the metric it had, recorded at once too. (Ctrl-C does not
+end trials this way: Tune stops them without ``on_trial_complete``, so they keep no record and
+``--resume`` runs them again.) A trial an earlier attempt ended (``kept``, see
+:class:`islab.sweep.trainable.IslabTrial`) keeps the record it has. Each record keeps the trial's
+curve (env steps, value per iteration) for curves.png. Needs Ray.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ class Recorder(tune.Callback):
         self.trial_for = trial_for
         self.curves: dict[str, list[list[Any]]] = {}
         self.written: set[str] = set()
-        self.stopped: dict[str, tuple[Trial, Mapping[str, Any]]] = {}  # ended without an outcome: last result
 
     def __getstate__(self) -> dict[str, Any]:
         """Tune pickles its callbacks into the experiment state (for Tune's own restore, which the
@@ -45,6 +46,10 @@ class Recorder(tune.Callback):
         ours = self._trial(trial)
         if result.get("value") is not None:
             self.curves.setdefault(ours.id, []).append([result.get("env_steps"), result["value"]])
+        if result.get("kept"):
+            self.written.add(ours.id)
+            self._show(ours, result["trial_status"], result.get("metric"), result.get("node"))
+            return
         if "trial_status" in result:
             self._write(ours, result, status=result["trial_status"])
             return
@@ -65,8 +70,8 @@ class Recorder(tune.Callback):
         last = trial.last_result or {}
         if "trial_status" in last:
             self._write(ours, last, status=last["trial_status"])
-        elif ours.id not in self.written:
-            self.stopped[ours.id] = (ours, last)
+        else:  # a scheduler stopped it
+            self._write(ours, last, status="finished", stopped_early=True)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         ours = self._trial(trial)
@@ -76,14 +81,6 @@ class Recorder(tune.Callback):
             {**(trial.last_result or {}), "error": f"the trial's Ray actor failed (see {error})", "exit_code": None},
             status="failed",
         )
-
-    def settle(self, *, interrupted: bool) -> None:
-        """After Tune: trials a scheduler stopped are finished early; after Ctrl-C they are unfinished."""
-        for trial_id, (ours, last) in self.stopped.items():
-            if interrupted:
-                self.board.update(trial_id, status="stopped")
-                continue
-            self._write(ours, last, status="finished", stopped_early=True)
 
     def _write(self, ours: Trial, result: Mapping[str, Any], *, status: str, stopped_early: bool = False) -> None:
         if ours.id in self.written:
@@ -108,11 +105,9 @@ class Recorder(tune.Callback):
             "curve": self.curves.get(ours.id, []),
         }
         write_record(self.sweep_dir, record)
+        self._show(ours, status, record["metric"], record["node"])
+
+    def _show(self, ours: Trial, status: str, metric: Any, node: Any) -> None:
         self.board.update(
-            ours.id,
-            config=config_label(ours.config),
-            seed=ours.seed,
-            status=status,
-            metric=record["metric"],
-            node=record["node"],
+            ours.id, config=config_label(ours.config), seed=ours.seed, status=status, metric=metric, node=node
         )

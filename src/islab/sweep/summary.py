@@ -24,9 +24,10 @@ from typing import Any
 
 from islab.rundir import write_json, write_text_atomic
 from islab.spec.text import escape
-from islab.sweep.trials import TRIALS_DIR, config_label
+from islab.sweep.trials import TRIALS_DIR, Trial, config_label
 
 TRIAL_RECORD = "trial.json"
+TRIAL_CONFIG = "config.json"  # written when a trial starts: what it runs (Optuna's choice), before any outcome
 SWEEP_JSON = "sweep.json"
 SUMMARY_MD = "summary.md"
 CURVES_PNG = "curves.png"
@@ -43,16 +44,34 @@ def write_record(sweep_dir: str | Path, record: Mapping[str, Any]) -> Path:
     return write_json(path, record)
 
 
-def read_records(sweep_dir: str | Path) -> dict[str, dict[str, Any]]:
-    """Every trial record of the sweep, by trial id."""
+def read_records(sweep_dir: str | Path, name: str = TRIAL_RECORD) -> dict[str, dict[str, Any]]:
+    """Every trial record of the sweep, by trial id (``name``: :data:`TRIAL_CONFIG` for every trial
+    that started, ended or not)."""
     records = {}
-    for path in sorted(Path(sweep_dir, TRIALS_DIR).glob(f"*/{TRIAL_RECORD}")):
+    for path in sorted(Path(sweep_dir, TRIALS_DIR).glob(f"*/{name}")):
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
         records[record["id"]] = record
     return records
+
+
+def kept_record(sweep_dir: str | Path, trial_id: str) -> dict[str, Any] | None:
+    """The trial's record when it ended (finished or failed) in an earlier attempt, else None."""
+    try:
+        record = json.loads(record_path(sweep_dir, trial_id).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if record.get("status") in TERMINAL_STATUSES else None
+
+
+def write_trial_config(trial: Trial) -> Path:
+    """``trials/<id>/config.json``: the trial's configuration and seed, as it starts (an Optuna
+    trial's configuration is known nowhere else until it ends)."""
+    path = Path(trial.log_dir, TRIAL_CONFIG)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return write_json(path, {"id": trial.id, "config": dict(trial.config), "seed": trial.seed})
 
 
 def config_key(config: Mapping[str, Any]) -> str:
@@ -67,7 +86,7 @@ def summarize(records: Iterable[Mapping[str, Any]], *, mode: str, commands: Mapp
         groups.setdefault(config_key(trial["config"]), []).append(trial)
     configs = []
     for members in groups.values():
-        values = [t["metric"] for t in members if t["status"] == "finished" and _is_number(t.get("metric"))]
+        values = [t["metric"] for t in members if t["status"] == "finished" and is_number(t.get("metric"))]
         configs.append(
             {
                 "config": dict(members[0]["config"]),
@@ -92,12 +111,12 @@ def summarize(records: Iterable[Mapping[str, Any]], *, mode: str, commands: Mapp
     return {"trials": [dict(t) for t in trials], "configs": configs, "best": best}
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and math.isfinite(value)
 
 
 def _fmt(value: Any) -> str:
-    return "-" if not _is_number(value) else f"{value:.4g}"
+    return "-" if not is_number(value) else f"{value:.4g}"
 
 
 def config_rows(result: Mapping[str, Any]) -> list[list[str]]:

@@ -29,6 +29,7 @@ from typing import Any
 import ray
 from ray import tune
 
+from islab.sweep.summary import kept_record, write_trial_config
 from islab.sweep.trial_process import MetricWindow, ProgressSource, TrialProcess, continuation_argv
 from islab.sweep.trials import TRIALS_DIR, Trial, trial_argv
 
@@ -77,17 +78,37 @@ class IslabTrial(tune.Trainable):
 
     def setup(self, config: dict[str, Any], context: SweepContext) -> None:  # type: ignore[override]
         self.context = context
+        self.node = ray.util.get_node_ip_address()
+        self._begin(config)
+
+    def reset_config(self, new_config: dict[str, Any]) -> bool:
+        """Tune reuses this actor for the next trial (``reuse_actors``): no new Ray worker process to
+        start and import Tune. A trial a scheduler stopped early still runs here: stop it first."""
+        self.cleanup()
+        self._begin(new_config)
+        return True
+
+    def _begin(self, config: Mapping[str, Any]) -> None:
+        context = self.context
         self.trial = context.trial_for(config)
         self.window = MetricWindow(context.metric, context.over_last)
         self.pending: deque[dict[str, Any]] = deque()
+        self.start = time.time()
+        # an earlier attempt of a resumed Optuna sweep ended it (a seed of a configuration that is
+        # finished now): its record stands, nothing runs again
+        self.kept = kept_record(context.sweep_dir, self.trial.id)
         # an attempt stopped by Ctrl-C left a checkpoint: continue it up to the trial's iterations
         argv, self.resumed_from = continuation_argv(self.trial.argv, self.trial.log_dir, context.max_iterations)
-        self.process = TrialProcess(argv, self.trial.env, context.cwd, self.trial.log_dir, context.source)
-        self.start = time.time()
-        self.node = ray.util.get_node_ip_address()
-        self.process.start()
+        self.process = TrialProcess(
+            argv, self.trial.env, context.cwd, self.trial.log_dir, context.source, run_dir=self.resumed_from
+        )
+        if self.kept is None:
+            write_trial_config(self.trial)
+            self.process.start()
 
     def step(self) -> dict[str, Any]:
+        if self.kept is not None:
+            return self._kept_outcome(self.kept)
         beat = time.monotonic() + HEARTBEAT_S
         while True:
             if self.pending:
@@ -143,6 +164,19 @@ class IslabTrial(tune.Trainable):
             "error": None if status == "finished" else self.process.first_error_line(),
             "end": time.time(),
         }
+
+    def _kept_outcome(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        """The recorded outcome, for Tune and its searcher (Ray's Repeater averages the seeds' metrics)."""
+        outcome = {
+            "trial_id_islab": self.trial.id,
+            "done": True,
+            "kept": True,
+            "trial_status": record["status"],
+            "node": record.get("node"),
+        }
+        if record.get("metric") is not None:
+            outcome["metric"] = record["metric"]
+        return outcome
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         """Nothing for Tune to keep: the trial's own run directory holds its checkpoints."""

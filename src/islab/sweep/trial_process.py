@@ -70,9 +70,14 @@ class MetricWindow:
         return sum(self.values) / len(self.values) if self.values else None
 
 
-def find_run_dir(log_dir: str | Path) -> Path | None:
-    """The newest run directory islab-train made under ``log_dir`` (``<lib>/<task>/<time>``)."""
-    found = sorted(Path(log_dir).glob(f"*/*/*/{LAUNCH_FILE}"), key=lambda path: path.stat().st_mtime)
+def find_run_dir(log_dir: str | Path, *, besides: Iterable[Path] = ()) -> Path | None:
+    """The newest run directory islab-train made under ``log_dir`` (``<lib>/<task>/<time>``), other
+    than those in ``besides``."""
+    skip = set(besides)
+    found = sorted(
+        (path for path in Path(log_dir).glob(f"*/*/*/{LAUNCH_FILE}") if path.parent not in skip),
+        key=lambda path: path.stat().st_mtime,
+    )
     return found[-1].parent if found else None
 
 
@@ -111,10 +116,18 @@ def continuation_argv(
 
 
 class TrialProcess:
-    """islab-train for one trial, in its own process group."""
+    """islab-train for one trial, in its own process group. Its run directory is ``run_dir`` when
+    it continues one (``--resume RUN_DIR``), else the one it makes: not one an earlier attempt made
+    under the same log directory (stopped before its first checkpoint, so started again)."""
 
     def __init__(
-        self, argv: Sequence[str], env: Mapping[str, str], cwd: str, log_dir: str, source: ProgressSource
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: str,
+        log_dir: str,
+        source: ProgressSource,
+        run_dir: str | None = None,
     ) -> None:
         self.argv = list(argv)
         self.env = dict(env)
@@ -123,13 +136,15 @@ class TrialProcess:
         self.source = source
         self.output_log = self.log_dir / OUTPUT_LOG
         self.process: subprocess.Popen[bytes] | None = None
-        self.run_dir: Path | None = None
+        self.run_dir: Path | None = None if run_dir is None else Path(run_dir)
+        self._earlier: list[Path] = []
         self.started_at = 0.0
         self._reader: Any = None
         self._log: IO[bytes] | None = None
 
     def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._earlier = [path.parent for path in self.log_dir.glob(f"*/*/*/{LAUNCH_FILE}")]
         self._log = open(self.output_log, "ab")  # noqa: SIM115 -- closed in finish()
         self.started_at = time.time()
         self.process = subprocess.Popen(
@@ -153,7 +168,7 @@ class TrialProcess:
     def new_records(self) -> list[dict[str, Any]]:
         """Progress records that appeared since the last call (the last one per iteration)."""
         if self._reader is None:
-            self.run_dir = self.run_dir or find_run_dir(self.log_dir)
+            self.run_dir = self.run_dir or find_run_dir(self.log_dir, besides=self._earlier)
             if self.run_dir is None:
                 return []
             if self.source.events:
