@@ -275,9 +275,11 @@ def test_latest_survives_a_writer_killed_mid_swap(tmp_path: Path) -> None:
     """A real writer process is SIGKILLed the moment latest.pt starts to change while it replaces
     it with iteration 2 (a truncated, half-written or missing file is what an in-place write leaves
     then): what is left at latest.pt must load whole, as iteration 1 or 2."""
-    fork = mp.get_context("fork")
-    written_1, go = fork.Event(), fork.Event()
-    writer = fork.Process(target=_write_iterations_1_and_2, args=(tmp_path, written_1, go), daemon=True)
+    # spawn, not fork: a fork of the test process copies whatever locks its threads held then (an
+    # earlier test's Ray session, torch's pools), and the child can wait on them forever.
+    spawn = mp.get_context("spawn")
+    written_1, go = spawn.Event(), spawn.Event()
+    writer = spawn.Process(target=_write_iterations_1_and_2, args=(tmp_path, written_1, go), daemon=True)
     writer.start()
     try:
         assert written_1.wait(60), "the writer did not write iteration 1"
