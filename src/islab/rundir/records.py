@@ -121,22 +121,23 @@ def write_summary(run_dir: str | Path, summary: Mapping[str, Any]) -> Path:
     return write_json(summary_path(run_dir), summary)
 
 
-def read_summary(run_dir: str | Path) -> dict[str, Any] | None:
-    """Rank 0's ``summary.json``; None when it is missing or not JSON (a run that failed early)."""
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """A JSON object file; None when it is missing, not JSON or not an object."""
     try:
-        summary = json.loads(summary_path(run_dir).read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return summary if isinstance(summary, dict) else None
+    return data if isinstance(data, dict) else None
+
+
+def read_summary(run_dir: str | Path) -> dict[str, Any] | None:
+    """Rank 0's ``summary.json``; None when it is missing or not JSON (a run that failed early)."""
+    return read_json_object(summary_path(run_dir))
 
 
 def read_preflight(run_dir: str | Path) -> dict[str, Any] | None:
     """``preflight.json``; None when it is missing or not JSON."""
-    try:
-        report = json.loads(preflight_path(run_dir).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return report if isinstance(report, dict) else None
+    return read_json_object(preflight_path(run_dir))
 
 
 def wandb_run_id(run_dir: str | Path) -> str:
