@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from islab import cli
+from islab.spec.fields import DEFAULT_TASK
+from islab.tasks import TASKS
 
 # --logger wandb on a machine without a login (no key, no ~/.netrc entry, not offline)
 NO_WANDB_LOGIN = {"HOME": "/nonexistent-home", "WANDB_API_KEY": "", "WANDB_MODE": "", "NETRC": ""}
@@ -92,7 +94,12 @@ CASES: list[tuple[str, list[str], dict[str, str], str | None, str]] = [
 
 @pytest.fixture
 def no_launch(monkeypatch, clean_environment):
-    """Any attempt to start a process fails the test."""
+    """Any attempt to start a process fails the test.
+
+    The default task's registration is read first: on a machine whose task cache is cold (a fresh
+    CI clone) that read is a child process (islab.tasks.metadata), which reads the installed
+    package once per version and launches nothing."""
+    TASKS.describe([DEFAULT_TASK])
 
     def refuse(*args, **kwargs):
         raise AssertionError(f"a process was started for bad input: {args[0] if args else kwargs}")
