@@ -17,7 +17,7 @@ from paths import DOCS
 
 from islab.plan.nccl import flight_recorder_env, with_nccl_settings
 from islab.plan.plan import build_plan
-from islab.plan.preflight import KILL_AFTER_S, QUICK_EXIT_MODULE, probe_plan, wants_preflight
+from islab.plan.preflight import FORKED_RANKS, KILL_AFTER_S, QUICK_EXIT_MODULE, probe_file, probe_plan, wants_preflight
 from islab.plan.torchrun import with_c10d_node_facts
 from islab.preflight.prediction import prediction_line
 from islab.preflight.report import FIELDS_VARIABLE, PREDICTION_KEY, REPORT_KEYS
@@ -51,13 +51,15 @@ def test_the_probe_plan_is_the_jobs_plan_with_the_probe_as_program():
     expected_head[expected_head.index("--max_restarts") + 1] = "0"
     at = expected_head.index("--max_restarts")
     expected_head[at:at] = ["--rdzv_conf", "timeout=20"]
-    # the same torchrun, ended without the interpreter's teardown (islab.preflight.quick_exit)
+    # the same torchrun, ended without the interpreter's teardown (islab.preflight.quick_exit), its
+    # ranks forked from its agent, running the probe's file
     assert expected_head[1:3] == ["-m", "torch.distributed.run"]
-    expected_head[1:1] = ["-m", QUICK_EXIT_MODULE]
-    cut_probe = cut + 4
+    expected_head[1:3] = ["-m", QUICK_EXIT_MODULE, "-m", "torch.distributed.run", *FORKED_RANKS]
+    assert FORKED_RANKS == ("--run-path", "--start-method", "fork")
+    cut_probe = cut + 7
     assert list(checked[:cut_probe]) == expected_head
-    assert checked[cut_probe:] == ("-m", "islab.preflight.probe", "--run-dir", plan.run_dir, "--device", "cpu",
-                             "--timeout", "20")  # fmt: skip
+    assert checked[cut_probe:] == (probe_file(), "--run-dir", plan.run_dir, "--device", "cpu", "--timeout", "20")
+    assert Path(probe_file()).is_absolute() and probe_file().endswith("islab/preflight/probe.py")
     env = probe.node(1).env
     assert env["NCCL_DEBUG"] == "INFO" and env["NCCL_DEBUG_SUBSYS"] == "INIT,NET"
     fields = json.loads(env[FIELDS_VARIABLE])
@@ -92,7 +94,7 @@ def test_the_probe_plan_of_skrl_jax_and_of_a_script():
     assert probe.node(0).argv[probe.node(0).argv.index("--") + 1 :][:2] == ("-m", "islab.preflight.probe")
     spec, plan = _plan(device="cpu", nproc_per_node=2, entrypoint={"script": "train.py"}, args=("--epochs", "3"))
     argv = probe_plan(plan, spec, 30).node(0).argv
-    assert "train.py" not in argv and argv[-8:-6] == ("-m", "islab.preflight.probe")
+    assert "train.py" not in argv and argv[-7] == probe_file()
 
 
 def test_only_jobs_of_several_ranks_are_checked_and_off_skips():

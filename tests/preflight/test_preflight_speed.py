@@ -1,5 +1,6 @@
 """What keeps the pre-flight short (docs/NCCL.md, "Benchmark"): torchrun and the probe ranks end
-without the interpreter's teardown (islab.preflight.quick_exit), CPU ranks time the 64 MB all-reduce
+without the interpreter's teardown (islab.preflight.quick_exit), torchrun forks the probe ranks
+from its agent (torch imported once per node), CPU ranks time the 64 MB all-reduce
 twice instead of four times, and the supervisor finds a job's processes without scanning all of
 /proc. Cheap processes only (no torch); the real launches are in tests/preflight/test_preflight_launch.py."""
 
@@ -17,7 +18,7 @@ from pathlib import Path
 from paths import SRC
 
 from islab.plan.plan import build_plan
-from islab.plan.preflight import QUICK_EXIT_MODULE, probe_plan
+from islab.plan.preflight import QUICK_EXIT_MODULE, probe_file, probe_plan
 from islab.preflight.probe import SIZES_BYTES, repeats_of
 from islab.run import processes
 from islab.spec.run_spec import RunSpec
@@ -53,6 +54,8 @@ def test_the_probe_plan_runs_torchrun_under_quick_exit_and_keeps_every_option():
     plan = build_plan(spec, now=datetime(2026, 1, 1), free_port=29555)
     argv = probe_plan(plan, spec, 20).node(0).argv
     assert argv[1:5] == ("-m", QUICK_EXIT_MODULE, "-m", "torch.distributed.run")
+    # every rank forked from torchrun's agent (torch imported once), running the probe's file
+    assert argv[5:8] == ("--run-path", "--start-method", "fork") and argv[-7] == probe_file()
     # the launcher's own --tee / --log-dir still find torchrun
     from islab.plan.torchrun import supervised_argv
 

@@ -24,8 +24,10 @@ guessing); an exception (a rank that never arrived, a broken transport) is the l
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import statistics
+import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -132,4 +134,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    end(main())  # no interpreter teardown of torch: the launcher waits for this process to go
+    status = main()
+    if multiprocessing.parent_process() is not None:
+        # forked by torchrun (--run-path --start-method fork): its agent waits for this function's
+        # return (SystemExit(0) counts as one); the fork ends without teardown on its own
+        sys.exit(status)
+    end(status)  # no interpreter teardown of torch: the launcher waits for this process to go
