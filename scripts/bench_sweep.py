@@ -6,9 +6,13 @@ Each repeat runs, side by side on the same machine:
 1. ``islab-train sweep`` of one Cartpole configuration x ``--trials`` seeds, ``max_concurrent 2``,
    ``cpus_per_trial 1`` (an embedded Ray started and stopped by the sweep: all included);
 2. the same trials' islab-train commands (taken from the sweep's ``--dry-run --json``), one after
-   another, each in its own log directory.
+   another, each in its own log directory;
+3. the same commands two at a time without Ray (plain processes, each pair started together): the
+   *machine ceiling*, what running two trials at once can give on this machine at all (two
+   vCPUs may share one physical core, and memory bandwidth), whatever the sweep does.
 
-Figures per repeat: trials/hour of both and their ratio; "start -> first iteration": from starting
+Figures per repeat: trials/hour of each and the ratios to one-after-another (the sweep's
+against the ceiling's says what Ray and Tune cost); "start -> first iteration": from starting
 the command to the first trial's first ``progress.jsonl`` record, for the sweep and for the first
 sequential command (plain islab-train start-up), and their difference (what Ray and Tune add).
 Medians over the repeats are printed as a markdown table (docs/SWEEPS.md) and written as JSON.
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -55,6 +60,30 @@ def timed(argv: list[str], cwd: Path, watch_root: Path) -> tuple[float, float | 
     return wall, (found["first"] - start if "first" in found else None), code
 
 
+def with_log_dir(trial: dict, root: Path) -> list[str]:
+    """The trial's islab-train command, writing under ``root/<trial id>`` instead of the sweep's."""
+    argv = list(trial["argv"])
+    argv[argv.index("--log-dir") + 1] = str(root / trial["id"])
+    return argv
+
+
+def plain_pairs(trials: list[dict], work: Path, concurrent: int) -> tuple[float, int]:
+    """The trials' commands ``concurrent`` at a time, plain processes (no Ray), with the environment
+    the sweep gives a trial (its threads per rank: ``cpus_per_trial``): (wall seconds, first
+    non-zero exit code or 0). One after another, the commands run as a user types them (the
+    worker's default threads)."""
+    start = time.monotonic()
+    code = 0
+    for first in range(0, len(trials), concurrent):
+        group = [
+            subprocess.Popen(with_log_dir(trial, work / "plain"), cwd=work, env={**os.environ, **trial["env"]},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for trial in trials[first : first + concurrent]
+        ]  # fmt: skip
+        code = code or next((c for c in (process.wait() for process in group) if c), 0)
+    return time.monotonic() - start, code
+
+
 def one_repeat(args: argparse.Namespace, work: Path) -> dict[str, float | None]:
     sweep_file = work / "bench.yaml"
     sweep_file.write_text(yaml.safe_dump({
@@ -75,23 +104,26 @@ def one_repeat(args: argparse.Namespace, work: Path) -> dict[str, float | None]:
     )  # fmt: skip
     seq_wall, seq_first, seq_code = 0.0, None, 0
     for index, trial in enumerate(plan["trials"]):
-        argv = list(trial["argv"])
-        log_dir = work / "sequential" / trial["id"]
-        argv[argv.index("--log-dir") + 1] = str(log_dir)
-        wall, first, code = timed(argv, work, log_dir)
+        argv = with_log_dir(trial, work / "sequential")
+        wall, first, code = timed(argv, work, work / "sequential" / trial["id"])
         seq_wall += wall
         seq_code = seq_code or code
         if index == 0:
             seq_first = first
-    if sweep_code or seq_code:
-        raise SystemExit(f"a run failed (sweep exit {sweep_code}, sequential exit {seq_code}); see {work}")
+    pairs_wall, pairs_code = plain_pairs(plan["trials"], work, args.concurrent)
+    if sweep_code or seq_code or pairs_code:
+        raise SystemExit(f"a run failed (sweep exit {sweep_code}, sequential exit {seq_code}, "
+                         f"{args.concurrent} at a time without Ray exit {pairs_code}); see {work}")  # fmt: skip
     trials = len(plan["trials"])
     return {
         "sweep_s": sweep_wall,
         "sequential_s": seq_wall,
+        "plain_concurrent_s": pairs_wall,
         "sweep_trials_per_hour": trials / sweep_wall * 3600,
         "sequential_trials_per_hour": trials / seq_wall * 3600,
         "ratio": seq_wall / sweep_wall,
+        "ceiling": seq_wall / pairs_wall,
+        "ratio_of_ceiling": pairs_wall / sweep_wall,
         "sweep_first_iteration_s": sweep_first,
         "islab_train_first_iteration_s": seq_first,
         "ray_overhead_s": None if sweep_first is None or seq_first is None else sweep_first - seq_first,
@@ -126,6 +158,9 @@ def main() -> None:
     print(f"| wall time (s), median of {args.repeats} | {medians['sweep_s']:.1f} | {medians['sequential_s']:.1f} | "
           f"{medians['ratio']:.2f}x |")  # fmt: skip
     print(f"| trials/hour | {medians['sweep_trials_per_hour']:.0f} | {medians['sequential_trials_per_hour']:.0f} | |")
+    print(f"| machine ceiling: {args.concurrent} at a time without Ray (s) | {medians['plain_concurrent_s']:.1f} | "
+          f"{medians['sequential_s']:.1f} | {medians['ceiling']:.2f}x (the sweep reaches "
+          f"{medians['ratio_of_ceiling']:.2f} of it) |")  # fmt: skip
     first, plain, overhead = (medians[k] for k in ("sweep_first_iteration_s", "islab_train_first_iteration_s",
                                                     "ray_overhead_s"))  # fmt: skip
     if first is not None and plain is not None and overhead is not None:

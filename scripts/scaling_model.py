@@ -175,6 +175,16 @@ def bench() -> dict[str, Any]:
     return json.loads(BENCH_JSON.read_text(encoding="utf-8"))
 
 
+def stock_collectives(measured: dict[str, Any], lib: str) -> int:
+    """Collectives per iteration with each library's own sync: section 8 of the bench report (runs
+    with ``ISLAB_SYNC=stock``) where it has one; reports written before fused sync became the
+    default counted stock sync in the training section."""
+    sync = (measured.get("sync") or {}).get("libs") or {}
+    if lib in sync:
+        return round(sync[lib]["stock"]["collectives_per_iteration"])
+    return round(cartpole_training(measured)[lib]["median"]["collective_calls_per_iteration"])
+
+
 def cartpole_training(measured: dict[str, Any]) -> dict[str, Any]:
     """Cartpole's per-library training numbers of a bench report: ``train.tasks[CARTPOLE].libs``
     (bench.py with the task dimension), or ``train.libs`` in reports written before it."""
@@ -204,14 +214,12 @@ class Workload(SyncWork):
 def workloads(measured: dict[str, Any] | None = None) -> dict[str, Workload]:
     measured = measured or bench()
     obs, act = task_sizes()
-    runs = cartpole_training(measured)
     result = {}
     for lib in LIBS:
         name, framework = ("skrl", lib.split("-")[1]) if lib.startswith("skrl") else (lib, "torch")
         work = sync_work(name, framework, agent_config(name), observation_size=obs, action_size=act,
                          num_envs=NUM_ENVS)  # fmt: skip
-        stock = round(runs[lib]["median"]["collective_calls_per_iteration"])
-        result[lib] = Workload(**asdict(work), stock_collectives=stock)
+        result[lib] = Workload(**asdict(work), stock_collectives=stock_collectives(measured, lib))
     for w in result.values():  # a stock count must hold every update's gradient reduction
         if w.stock_collectives < w.updates * len(w.grad_floats):
             raise ValueError(
