@@ -45,6 +45,7 @@ from islab.spec.run_spec import RunSpec
 
 PROBE_MODULE = "islab.preflight.probe"
 QUICK_EXIT_MODULE = "islab.preflight.quick_exit"  # torchrun, ended without the interpreter's teardown
+FORKED_RANKS = ("--run-path", "--start-method", "fork")  # torchrun: ranks forked from its agent, run_path
 DEFAULT_PREFLIGHT_TIMEOUT_S = 60
 # The probe's hard wall-clock limit is its timeout plus this: every probe process is killed then.
 KILL_AFTER_S = 5
@@ -60,9 +61,6 @@ def wants_preflight(spec: RunSpec, mode: str) -> bool:
     there is no moment when every node could take part in one probe."""
     elastic = spec.min_nnodes is not None and spec.min_nnodes < spec.nnodes
     return mode != "off" and spec.nnodes * spec.nproc_per_node > 1 and not elastic
-
-
-FORKED_RANKS = ("--run-path", "--start-method", "fork")  # torchrun: ranks forked from its agent, run_path
 
 
 def probe_file() -> str:
@@ -124,19 +122,18 @@ def _added(env: Mapping[str, str], extra: Mapping[str, str]) -> Mapping[str, str
 def probe_plan(plan: LaunchPlan, spec: RunSpec, timeout_s: int) -> LaunchPlan:
     """``plan`` with the probe in place of every rank's program (see the module docstring)."""
     program = plan.program
+    probe = probe_program(spec, plan.run_dir, timeout_s, forked=plan.launcher != skrl_jax.NAME)
     extra = probe_env(spec)
     nodes = []
     for node in plan.nodes:
+        argv = _swap_program(node.argv, program, probe)
         if plan.launcher == skrl_jax.NAME:
-            probe = probe_program(spec, plan.run_dir, timeout_s)
             ranks = tuple(
                 replace(rank, argv=(*_swap_program(rank.argv, program, probe),), env=_added(rank.env, extra))
                 for rank in node.ranks
             )
-            argv = _swap_program(node.argv, program, probe)
             nodes.append(NodePlan(node.node_rank, argv, _added(node.env, extra), ranks))
         else:
-            argv = _swap_program(node.argv, program, probe_program(spec, plan.run_dir, timeout_s, forked=True))
             nodes.append(NodePlan(node.node_rank, _bounded_torchrun(argv, timeout_s), _added(node.env, extra)))
     return replace(
         plan, nodes=tuple(nodes), rendezvous_timeout_s=timeout_s, budget=None, entrypoint=True, events_root=None,
