@@ -4,7 +4,9 @@ commands one after another, and the sweep's own start-up overhead.
 Each repeat runs, side by side on the same machine:
 
 1. ``islab-train sweep`` of one Cartpole configuration x ``--trials`` seeds, ``max_concurrent 2``,
-   ``cpus_per_trial 1`` (an embedded Ray started and stopped by the sweep: all included);
+   ``cpus_per_trial 1``: an embedded Ray started and stopped by the sweep, all included (with
+   ``--ray-address``: joining a Ray already running, as for a user who keeps one ``ray start
+   --head`` up between sweeps);
 2. the same trials' islab-train commands (taken from the sweep's ``--dry-run --json``), one after
    another, each in its own log directory;
 3. the same commands two at a time without Ray (plain processes, each pair started together): the
@@ -95,7 +97,8 @@ def one_repeat(args: argparse.Namespace, work: Path) -> dict[str, float | None]:
         "max_concurrent": args.concurrent,
     }))  # fmt: skip
     cli = [sys.executable, "-m", "islab.cli"]
-    sweep_wall, sweep_first, sweep_code = timed([*cli, "sweep", str(sweep_file)], work, work / "logs")
+    joined = ["--ray-address", args.ray_address] if args.ray_address else []
+    sweep_wall, sweep_first, sweep_code = timed([*cli, "sweep", str(sweep_file), *joined], work, work / "logs")
     if sweep_code:
         raise SystemExit(f"the sweep failed (exit {sweep_code}); see {work}")
     plan = json.loads(
@@ -143,6 +146,9 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=256)
     parser.add_argument("--iterations", type=int, default=40)
     parser.add_argument("--out", type=Path, default=None, help="write every repeat and the medians as JSON")
+    parser.add_argument("--ray-address", default=None, metavar="HOST:PORT",
+                        help="the sweep joins this running Ray (e.g. one `ray start --head` on this machine) "
+                             "instead of starting its own")  # fmt: skip
     args = parser.parse_args()
     rows = []
     for repeat in range(args.repeats):

@@ -306,3 +306,24 @@ def test_a_trial_started_again_reads_its_new_run_directory_not_the_one_an_earlie
     assert find_run_dir(tmp_path) == new
     assert find_run_dir(tmp_path, besides=[new]) == old
     assert find_run_dir(tmp_path, besides=[old, new]) is None
+
+
+@pytest.mark.parametrize(
+    ("environ", "token_file", "mode"),
+    [
+        ({}, True, "token"),  # ~/.ray/auth_token, as `ray start --head` finds it
+        ({"RAY_AUTH_TOKEN_PATH": "/run/secrets/ray"}, False, "token"),
+        ({"RAY_AUTH_TOKEN": "t"}, False, "token"),
+        ({}, False, None),  # no token: nothing to send
+        ({"RAY_AUTH_MODE": "disabled"}, True, "disabled"),  # a mode the user chose stands
+    ],
+)
+def test_a_sweep_joining_by_address_sends_the_token_ray_start_would_use(tmp_path, environ, token_file, mode):
+    from islab.sweep.driver import send_token_if_available
+
+    if token_file:
+        (tmp_path / ".ray").mkdir()
+        (tmp_path / ".ray" / "auth_token").write_text("t", encoding="utf-8")
+    environ = dict(environ)
+    send_token_if_available(environ, tmp_path)
+    assert environ.get("RAY_AUTH_MODE") == mode

@@ -23,9 +23,11 @@ has its own Ray temp directory.
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -64,12 +66,23 @@ ray.shutdown()
 """
 
 
+@functools.cache
+def auth_token_file() -> Path:
+    path = Path(tempfile.mkdtemp(prefix="islab-ray-token-")) / "auth_token"
+    path.write_text(secrets.token_hex(32), encoding="utf-8")
+    return path
+
+
 def environment() -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))}
     env.pop("RAY_ADDRESS", None)  # the sweep starts or joins the Ray each test says
-    # Ray turns token authentication on by itself for a Ray it starts where ~/.ray/auth_token
-    # exists (an earlier Ray may have written it), but not for a driver joining one by address.
-    env["RAY_AUTH_MODE"] = "disabled"
+    # As Ray (2.59+) goes: a token at hand. The clusters started here use token authentication (the
+    # embedded Ray turns it on by itself, ray_start sets RAY_AUTH_MODE=token on each node), and a
+    # sweep joining one by address, no mode chosen, must send the token
+    # (islab.sweep.driver.send_token_if_available).
+    env.pop("RAY_AUTH_MODE", None)
+    env.pop("RAY_AUTH_TOKEN", None)
+    env["RAY_AUTH_TOKEN_PATH"] = str(auth_token_file())
     return env
 
 
@@ -99,8 +112,8 @@ def ray_start(node: Node, *args: str) -> None:
         result = subprocess.run(
             node.command([RAY, "start", *args, "--node-ip-address", node.address, "--num-cpus", "1", "--num-gpus",
                           "0", "--temp-dir", temp_dir, "--disable-usage-stats"]),
-            capture_output=True, text=True, env=environment(), timeout=180,
-        )  # fmt: skip
+            capture_output=True, text=True, env={**environment(), "RAY_AUTH_MODE": "token"}, timeout=180,
+        )  # fmt: skip  # Ray's advice: the mode set on every node (`ray start --address` never turns it on)
         if result.returncode == 0 or "timed out during startup" not in result.stderr or attempt == 2:
             break
         for pid in namespace_pids(node.namespace):
@@ -443,3 +456,22 @@ def test_a_resumed_optuna_search_proposes_the_unfinished_configuration_then_new_
     assert all(config not in (a.config, b.config) for config in proposed[1:]), proposed
     study = resumed.searcher._ot_study  # (the Repeater's searcher; no public accessor for its study)
     assert [(trial.params, trial.value) for trial in study.trials if trial.value is not None] == [(a.config, 5.0)]
+
+
+def test_an_address_where_no_ray_answers_exits_2_at_once_naming_it(tmp_path):
+    """A dead ``--ray-address`` (a typo, a head that is down) is named in one paragraph within
+    seconds, exit 2, no trial started -- Ray's own connect would wait minutes, then print a traceback."""
+    from ports import port_for_a_child
+
+    address = f"127.0.0.1:{port_for_a_child()}"
+    started = time.monotonic()
+    result = subprocess.run(
+        sweep_command(str(write_sweep(tmp_path, seeds=1)), "--ray-address", address),
+        capture_output=True, text=True, cwd=tmp_path, env=environment(), timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert f"error: --ray-address: cannot join the Ray cluster at {address}: nothing answers there" in result.stderr
+    assert "ray start --address=" in result.stderr and "Traceback" not in result.stderr
+    assert "nothing was started" in result.stderr
+    assert not list(tmp_path.glob("logs/sweeps/*/*/trials/*")), "no trial started"
+    assert time.monotonic() - started < 60

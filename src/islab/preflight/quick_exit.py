@@ -6,10 +6,12 @@ A process that imported torch spends seconds in Python's finalization after its 
 (tearing down torch's modules and objects: 3.3 s measured for torchrun on this project's 2-core
 machine under load, every second of it waited for by the pre-flight). The pre-flight's
 processes hold nothing that needs it: torchrun has stopped its workers, its log tails and its
-rendezvous by the time its ``main`` returns, and a probe rank has destroyed its process group and
-printed its last line. So both end with :func:`end`: the ``atexit`` handlers run (torchrun's
-temporary files, logging's flush), the streams are flushed, then ``os._exit`` with the status
-the module gave.
+rendezvous by the time its ``main`` returns, and a skrl-JAX probe rank has destroyed its process
+group and printed its last line (a probe rank torchrun forked returns to torchrun instead). So
+they end with :func:`end`: the ``atexit`` handlers run (torchrun's temporary files, logging's
+flush), the streams are flushed, then ``os._exit`` with the status the module gave. ``islab-train
+sweep`` ends the same way once Ray is stopped and its outputs are written (the teardown of Ray's
+core worker, ~1 s).
 
 A failing module reads the same as under ``python -m``: an exception's traceback goes to stderr
 (``sys.excepthook``) and the status is 1; a ``KeyboardInterrupt`` is left to the interpreter.

@@ -110,6 +110,11 @@ def sweep_main(
     }
     write_outputs(plan.sweep_dir, result, metric=loaded.spec.metric.name)
     _report(result, plan, json_output=json_output, interrupted=code == 130)
+    # Everything is written and Ray is stopped; what is left is the interpreter's teardown of Ray's
+    # core worker (its gRPC threads), ~1 s that the user would wait for.
+    from islab.preflight.quick_exit import end
+
+    end(code)
     return code
 
 
