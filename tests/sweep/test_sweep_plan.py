@@ -319,7 +319,7 @@ def test_a_trial_started_again_reads_its_new_run_directory_not_the_one_an_earlie
     ],
 )
 def test_a_sweep_joining_by_address_sends_the_token_ray_start_would_use(tmp_path, environ, token_file, mode):
-    from islab.sweep.driver import send_token_if_available
+    from islab.sweep.ray_cluster import send_token_if_available
 
     if token_file:
         (tmp_path / ".ray").mkdir()

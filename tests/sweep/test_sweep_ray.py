@@ -58,7 +58,7 @@ SEARCH = {"algorithm.learning_rate": {"loguniform": [1.0e-4, 1.0e-2]}, "algorith
 LOCAL_RAY = """
 import sys
 import ray
-from islab.sweep.driver import start_ray
+from islab.sweep.ray_cluster import start_ray
 start_ray(None)
 print("ADDRESS", ray.get_runtime_context().gcs_address, flush=True)
 sys.stdin.read()  # until the test module is done with it
@@ -79,7 +79,7 @@ def environment() -> dict[str, str]:
     # As Ray (2.59+) goes: a token at hand. The clusters started here use token authentication (the
     # embedded Ray turns it on by itself, ray_start sets RAY_AUTH_MODE=token on each node), and a
     # sweep joining one by address, no mode chosen, must send the token
-    # (islab.sweep.driver.send_token_if_available).
+    # (islab.sweep.ray_cluster.send_token_if_available).
     env.pop("RAY_AUTH_MODE", None)
     env.pop("RAY_AUTH_TOKEN", None)
     env["RAY_AUTH_TOKEN_PATH"] = str(auth_token_file())
@@ -112,8 +112,9 @@ def ray_start(node: Node, *args: str) -> None:
         result = subprocess.run(
             node.command([RAY, "start", *args, "--node-ip-address", node.address, "--num-cpus", "1", "--num-gpus",
                           "0", "--temp-dir", temp_dir, "--disable-usage-stats"]),
+            # Ray's advice: the mode set on every node (`ray start --address` never turns it on)
             capture_output=True, text=True, env={**environment(), "RAY_AUTH_MODE": "token"}, timeout=180,
-        )  # fmt: skip  # Ray's advice: the mode set on every node (`ray start --address` never turns it on)
+        )  # fmt: skip
         if result.returncode == 0 or "timed out during startup" not in result.stderr or attempt == 2:
             break
         for pid in namespace_pids(node.namespace):

@@ -25,6 +25,7 @@ import os
 import runpy
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 
 def exit_status(code: object) -> int:
@@ -37,7 +38,7 @@ def exit_status(code: object) -> int:
     return 1
 
 
-def end(status: int) -> None:
+def end(status: int) -> NoReturn:
     """Run the ``atexit`` handlers, flush, and leave with ``status`` -- no module teardown."""
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):

@@ -115,7 +115,6 @@ def sweep_main(
     from islab.preflight.quick_exit import end
 
     end(code)
-    return code
 
 
 def _prepare(

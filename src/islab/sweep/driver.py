@@ -1,9 +1,8 @@
 """Running a planned sweep on Ray Tune: where Ray runs, how trials are fed to Tune, how it ends.
 
-* Ray: an embedded local instance by default (this machine's cores and GPUs, no dashboard,
-  stopped at the end), or an existing cluster with ``--ray-address`` / ``ray: {address: ...}``
-  (nodes started with ``ray start``, a SLURM job, KubeRay). There every node must see the sweep
-  directory at the same path (a shared filesystem) and have islab-train installed.
+* Ray: an embedded local instance by default, or an existing cluster with ``--ray-address`` /
+  ``ray: {address: ...}`` (:mod:`islab.sweep.ray_cluster`). On a cluster every node must see the
+  sweep directory at the same path (a shared filesystem) and have islab-train installed.
 * Tune: grid and random sweeps hand Tune the planned trial ids (a grid over them), so Tune only
   schedules; Optuna proposes configurations (each repeated once per seed by Ray's ``Repeater``).
   ASHA, when asked, stops weak trials early on the metric. Tune reuses a trial's Ray actor for the
@@ -22,29 +21,23 @@ Exit status: 0 every trial finished, 1 a trial failed, 130 interrupted (resume i
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import os
 import signal
-import socket
 import sys
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from islab.doctor.probes import visible_gpu_count
-from islab.run.processes import process_tree
 from islab.spec.issues import Issue, SpecError
 from islab.sweep.live import TrialBoard
-from islab.sweep.load import LoadedSweep, fit_issues
+from islab.sweep.load import LoadedSweep
+from islab.sweep.ray_cluster import cluster_fit_issues, kill_descendants, send_token_if_available, start_ray
 from islab.sweep.summary import TERMINAL_STATUSES, TRIAL_CONFIG, config_key, is_number, read_records
 from islab.sweep.trial_process import ProgressSource, stop_leftovers
 from islab.sweep.trials import TRIALS_DIR, SweepPlan, Trial, trial_env
 
-EMBEDDED_OBJECT_STORE_BYTES = 100 * 1024 * 1024  # trials pass no data through Ray: keep /dev/shm free
 TUNE_DIR = "ray"
-JOIN_CONNECT_S = 5.0  # a dead --ray-address is named this soon
 
 
 class Interrupted(Exception):
@@ -71,105 +64,12 @@ def remaining(plan: SweepPlan, records: Mapping[str, Mapping[str, Any]]) -> list
     return [trial for trial in plan.trials if records.get(trial.id, {}).get("status") not in TERMINAL_STATUSES]
 
 
-def unreachable(address: str) -> str | None:
-    """Why nothing answers at ``HOST:PORT`` (None: something listens there, or a form such as
-    ``auto`` that Ray resolves itself). Ray's own connect waits minutes on a dead address."""
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        return None
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=JOIN_CONNECT_S):
-            return None
-    except OSError as exc:
-        return exc.strerror or str(exc) or type(exc).__name__
-
-
-def send_token_if_available(environ: MutableMapping[str, str], home: Path) -> None:
-    """Ray (2.59+) turns token authentication on by itself for a cluster ``ray start --head``
-    starts where a token exists (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``, ~/.ray/auth_token) and
-    ``RAY_AUTH_MODE`` is unset, but a driver joining by ``HOST:PORT`` never does, and is refused. A
-    driver that sends the token joins a cluster without authentication just as well, so with a
-    token at hand and no mode chosen, it is sent. Ray reads the mode when it is imported: call this
-    before."""
-    if "RAY_AUTH_MODE" in environ:
-        return
-    if environ.get("RAY_AUTH_TOKEN") or environ.get("RAY_AUTH_TOKEN_PATH") or (home / ".ray" / "auth_token").is_file():
-        environ["RAY_AUTH_MODE"] = "token"
-
-
-def join_issue(address: str, problem: str) -> Issue:
-    return Issue(
-        "--ray-address",
-        f"cannot join the Ray cluster at {address}: {problem}",
-        "Give the address its head printed (ray start --head prints ray start --address='HOST:PORT'), check that "
-        "this machine reaches it, and if the cluster uses token authentication give this driver its token "
-        "(RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)",
-    )
-
-
-def start_ray(address: str | None, attempts: int = 3) -> None:
-    """Start the embedded Ray, or connect to ``address`` (a :class:`SpecError` when that cannot be
-    joined). Ray gives a starting node a fixed 30 s to register with its GCS; on a machine under
-    heavy load that can pass, so it is tried again."""
-    import ray
-
-    quiet = {"logging_level": logging.ERROR, "log_to_driver": False, "configure_logging": True}
-    if address is not None:
-        why = unreachable(address)
-        if why is not None:
-            raise SpecError(join_issue(address, f"nothing answers there ({why})"))
-        try:
-            ray.init(address=address, **quiet)
-        except (ConnectionError, ray.exceptions.AuthenticationError) as exc:  # a refused token, not a Ray head
-            ray.shutdown()
-            raise SpecError(join_issue(address, str(exc))) from None
-        return
-    # RayConfig entries, which Ray's processes read from RAY_<name> as they start. The raylet starts
-    # one idle Python worker per CPU for the first driver, but Tune gives its trial actors a
-    # runtime_env (env_vars) those workers lack: never used, ~1.5 CPU s while Ray starts.
-    # Metrics: nothing scrapes an embedded Ray without a dashboard.
-    os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
-    os.environ.setdefault("RAY_enable_metrics_collection", "0")
-    for attempt in range(1, attempts + 1):
-        try:
-            ray.init(num_cpus=os.cpu_count() or 1, num_gpus=visible_gpu_count(), include_dashboard=False,
-                     object_store_memory=EMBEDDED_OBJECT_STORE_BYTES, **quiet)  # fmt: skip
-            return
-        except Exception as exc:  # Ray raises a bare Exception for this
-            if "timed out during startup" not in str(exc) or attempt == attempts:
-                raise
-            ray.shutdown()
-            print(f"islab-train sweep: Ray did not start in time (attempt {attempt}); trying again", file=sys.stderr)
-
-
-def kill_descendants() -> None:
-    """What the embedded Ray left running below this process (a GCS server of a start attempt that
-    timed out survives ray.shutdown()): nothing the sweep started may outlive it."""
-    for pid in process_tree([os.getpid()]):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def cluster_fit_issues(loaded: LoadedSweep) -> list[Issue]:
-    """Against a running cluster: does one trial fit on at least one of its nodes?"""
-    import ray
-
-    nodes = [node for node in ray.nodes() if node.get("Alive")]
-    best: list[Issue] | None = None
-    for node in nodes:
-        resources = node.get("Resources", {})
-        issues = fit_issues(
-            loaded.resources,
-            nproc_per_node=loaded.base.nproc_per_node,
-            device=loaded.base.device,
-            cpus=resources.get("CPU", 0),
-            gpus=resources.get("GPU", 0),
-            where=f"Ray node {node.get('NodeManagerAddress')}",
-        )
-        if not issues:
-            return []
-        best = issues if best is None or len(issues) < len(best) else best
-    return best or [Issue("--ray-address", "the Ray cluster has no live node", "Start its nodes with ray start")]
+def refused(issues: Sequence[Issue]) -> int:
+    """The sweep cannot run where it was sent: say why, start nothing, exit 2."""
+    for issue in issues:
+        print(issue.message(), file=sys.stderr)
+    print("islab-train sweep: nothing was started.", file=sys.stderr)
+    return 2
 
 
 def run_sweep(loaded: LoadedSweep, plan: SweepPlan, *, address: str | None, cwd: str, board_out: Any = None) -> int:
@@ -201,19 +101,12 @@ def run_sweep(loaded: LoadedSweep, plan: SweepPlan, *, address: str | None, cwd:
     try:
         start_ray(address)
     except SpecError as exc:
-        for issue in exc.issues:
-            print(issue.message(), file=sys.stderr)
-        print("islab-train sweep: nothing was started.", file=sys.stderr)
-        return 2
+        return refused(exc.issues)
     interrupted = False
     try:
-        if address is not None:
-            issues = cluster_fit_issues(loaded)
-            if issues:
-                for issue in issues:
-                    print(issue.message(), file=sys.stderr)
-                print("islab-train sweep: nothing was started.", file=sys.stderr)
-                return 2
+        issues = cluster_fit_issues(loaded) if address is not None else []
+        if issues:
+            return refused(issues)
         with board:
             interrupted = _fit(loaded, plan, todo, records, board, cwd)
     finally:
