@@ -90,6 +90,7 @@ from benchlib.common import (  # noqa: E402
     resolve_tasks,
 )
 from benchlib.env import env_child, run_env_section  # noqa: E402
+from benchlib.launch import run_launch  # noqa: E402
 from benchlib.report import render_markdown  # noqa: E402
 from benchlib.sync import run_sync_section  # noqa: E402
 from benchlib.training import run_time_to_solve, run_training_sections  # noqa: E402
@@ -153,6 +154,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "cli" in opts.sections:
             print("[bench] command-line latency", file=sys.stderr)
             report["cli"] = run_cli_latency(opts)
+        if "launch" in opts.sections:
+            print("[bench] launch: islab-train vs the bare torchrun command it plans", file=sys.stderr)
+            report["launch"] = run_launch(opts)
         if "train" in opts.sections:
             report["train"] = run_training_sections(opts)
         if "sync" in opts.sections:

@@ -6,30 +6,55 @@
 #
 # ISLAB_EXTRAS=mjlab creates .venv-mjlab instead, with the [mjlab] extra (mjlab pins rsl-rl-lib
 # 5.4.2, .venv keeps 5.5.x: CI tests both, one job after the other: scripts/test.sh). The torch pin goes in as a
-# constraint so mjlab's torchvision cannot replace the CPU torch with a CUDA build. mjlab: ~45 s, +1.5 GB.
+# constraint so mjlab's torchvision cannot replace the CPU torch with a CUDA build.
+#
+# Each step says what it installs and how long it took; pip's own progress shows on a terminal
+# (in CI logs pip stays quiet). A venv already up to date (stamp newer than pyproject.toml and
+# .ci/constraints.txt) is left as it is, in a fraction of a second.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
+quiet=(--quiet)
+[ -t 1 ] && quiet=(--progress-bar on)
+
+say() { echo "islab setup: $*"; }
+
+step() {  # step "what (why it is slow)" COMMAND...: one line before, one line with the seconds after
+    local what=$1 started=$SECONDS
+    shift
+    say "$what"
+    "$@"
+    say "  done in $((SECONDS - started)) s"
+}
 
 install_venv() {  # install_venv DIR EXTRAS
     local venv=$1 extras=$2
-    if [ ! -x "$venv/bin/python" ]; then
-        "$PYTHON" -m venv "$venv"
-    fi
     local stamp=$venv/.islab-installed
-    if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ .ci/constraints.txt -nt "$stamp" ]; then
-        "$venv/bin/python" -m pip install --quiet --upgrade pip
-        "$venv/bin/python" -m pip install --quiet "${ISLAB_TORCH_SPEC:-torch==2.13.0}"
-        local pin
-        pin=$(mktemp)
-        "$venv/bin/python" -c 'import torch; print(f"torch=={torch.__version__}")' > "$pin"
-        local constraints=(-c "$pin")
-        # The main venv installs CI's exact versions; the mjlab venv lets mjlab pick rsl-rl-lib.
-        [ "$venv" = .venv ] && constraints+=(-c .ci/constraints.txt)
-        "$venv/bin/python" -m pip install --quiet "${constraints[@]}" -e ".[$extras]"
-        rm -f "$pin"
-        touch "$stamp"
+    if [ -f "$stamp" ] && [ ! pyproject.toml -nt "$stamp" ] && [ ! .ci/constraints.txt -nt "$stamp" ]; then
+        return 0
     fi
+    local started=$SECONDS
+    say "installing islab-train into $venv (once; later runs reuse it)"
+    if [ ! -x "$venv/bin/python" ]; then
+        step "[1/4] creating $venv with $("$PYTHON" --version 2>&1)" "$PYTHON" -m venv "$venv"
+    fi
+    step "[2/4] upgrading pip" "$venv/bin/python" -m pip install "${quiet[@]}" --upgrade pip
+    step "[3/4] ${ISLAB_TORCH_SPEC:-torch==2.13.0} (the largest step: ~35 s for a CPU build already on disk; \
+a CUDA build from PyPI is several GB and takes minutes)" \
+        "$venv/bin/python" -m pip install "${quiet[@]}" "${ISLAB_TORCH_SPEC:-torch==2.13.0}"
+    local pin
+    pin=$(mktemp)
+    "$venv/bin/python" -c 'import torch; print(f"torch=={torch.__version__}")' 2>/dev/null > "$pin"
+    local constraints=(-c "$pin")
+    # The main venv installs CI's exact versions; the mjlab venv lets mjlab pick rsl-rl-lib.
+    [ "$venv" = .venv ] && constraints+=(-c .ci/constraints.txt)
+    local why="rl-games, rsl-rl-lib, skrl, jax, Ray, ONNX Runtime, W&B...: ~1 min, ~1.5 GB"
+    [[ ",$extras," == *,mjlab,* ]] && why="mjlab with MuJoCo-Warp, rsl-rl-lib 5.4.2, jax: ~1 min, ~1.5 GB"
+    step "[4/4] islab-train with the extras $extras ($why)" \
+        "$venv/bin/python" -m pip install "${quiet[@]}" "${constraints[@]}" -e ".[$extras]"
+    rm -f "$pin"
+    touch "$stamp"
+    say "$venv is ready ($((SECONDS - started)) s)"
 }
 
 case ",${ISLAB_EXTRAS:-}," in

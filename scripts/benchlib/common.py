@@ -20,7 +20,7 @@ SCRIPT = ROOT / "scripts" / "bench.py"  # the entry point; the env section re-ru
 HOOKS = ROOT / "scripts" / "bench_hooks"
 CARTPOLE = "Islab-Cartpole-v0"  # the default task; gymnasium's CartPole, time to solve and sync use it
 SOLVED_RETURN = 270.0  # Cartpole's return (section 5)
-SECTIONS = ("env", "train", "sync", "tts", "cli")
+SECTIONS = ("env", "train", "sync", "tts", "cli", "launch")
 
 # (lib, ml_framework) -> label; the order is the order of the report
 LIBS: dict[str, tuple[str, str]] = {
@@ -44,6 +44,8 @@ GOALS = {
     "sync_share": 0.05,
     "strong_tts_ratio": 0.6,
     "cli_ratio": 0.3,
+    "look_around_s": 2.0,  # --help, tasks, doctor (section 6)
+    "launch_overhead_s": 0.5,  # islab-train minus the bare torchrun it plans (section 6b)
     "gpu_env_steps": 1e9,
 }
 # section 8: the goal of scaling / machine ceiling with fused sync, per library

@@ -229,7 +229,16 @@ def render_markdown(report: dict[str, Any]) -> str:
             f"| ratio (median of paired runs) | {fmt(cli['ratio_paired'], 3)} (goal <= {GOALS['cli_ratio']}: "
             f"{verdict(cli['ratio_paired'], GOALS['cli_ratio'], False)}) |"
         )
+        for name in ("help", "tasks", "doctor"):
+            if name in cli["median_s"]:
+                value, goal = cli["median_s"][name], GOALS["look_around_s"]
+                met = verdict(value, goal, False)
+                add(f"| `{meta['commands'].get(f'cli {name}')}` | {fmt(value, 3, ' s')} (goal < {goal} s: {met}) |")
         add("")
+
+    launch = report.get("launch")
+    if launch:
+        render_launch(add, launch, meta)
 
     add("## 7. GPU")
     add("")
@@ -254,6 +263,36 @@ def render_markdown(report: dict[str, Any]) -> str:
         add(f"- {name}: `{command}`")
     add("")
     return "\n".join(lines)
+
+
+def render_launch(add: Callable[[str], None], launch: dict[str, Any], meta: dict[str, Any]) -> None:
+    add("## 6b. Launch: islab-train against the bare torchrun command it plans")
+    add("")
+    add(
+        f"`{launch['job']}` (rsl_rl Cartpole, 1 iteration), each way once per round, the order rotated every "
+        "round; medians of the rounds. **First iteration**: from the start of the command until rank 0 has "
+        "reported iteration 1 (`progress.jsonl`); **return**: until the command has exited. The bare torchrun "
+        "command is node 0's argv and environment of `--dry-run --json`, started directly."
+    )
+    add("")
+    add("| way | first iteration | return | minus bare torchrun: first iteration | minus bare torchrun: return |")
+    add("|---|---|---|---|---|")
+    labels = {"islab_train": "islab-train --preflight off", "islab_train_preflight": "islab-train (pre-flight on)",
+              "bare_torchrun": "bare torchrun"}  # fmt: skip
+    for way, label in labels.items():
+        if way not in launch["median_s"]:
+            continue
+        medians, delta = launch["median_s"][way], launch["minus_bare_s"].get(way, {})
+        cells = [fmt(medians[key], 2, " s") for key in ("first_s", "return_s")]
+        cells += [fmt(delta.get(key), 2, " s") if delta else "-" for key in ("first_s", "return_s")]
+        add(f"| {label} | {' | '.join(cells)} |")
+    goal = GOALS["launch_overhead_s"]
+    delta = launch["minus_bare_s"].get("islab_train", {})
+    add("")
+    first, back = (verdict(delta.get(key), goal, False) for key in ("first_s", "return_s"))
+    add(f"Goal: islab-train (pre-flight off) within +{goal} s of bare torchrun to the first iteration ({first}) "
+        f"and to its return ({back}).")  # fmt: skip
+    add("")
 
 
 def render_sync(add: Callable[[str], None], sync: dict[str, Any]) -> None:

@@ -215,6 +215,20 @@ def test_probe_runtime_reads_the_ranks_interpreter():
     assert "ImportError: boom" in (crashed.error or "")
 
 
+def test_the_probe_reports_what_torch_itself_says():
+    """The probe reads a CPU-only build from torch/version.py without importing torch (doctor under
+    2 s); what it reports must be what the imported torch says."""
+    import torch
+    import torch.distributed as dist
+
+    probed = probes.probe_runtime(sys.executable, environ={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert probed.error is None, probed.error
+    assert probed.torch_cuda == torch.version.cuda
+    assert probed.gloo is dist.is_gloo_available()
+    assert probed.cuda_devices == torch.cuda.device_count() == 0
+    assert (probed.nccl is None) == (not dist.is_nccl_available())
+
+
 def test_bind_and_connect_probes():
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))

@@ -47,7 +47,7 @@ def test_quick_benchmark_runs_every_section(tmp_path: Path) -> None:
     dimension is exercised at no extra cost (time to solve and stock-vs-fused stay on Cartpole)."""
     task = TASKS[1]
     report, markdown = run_bench(tmp_path, "--tasks", task)
-    assert {"meta", "env", "train", "tts", "cli"} <= set(report)
+    assert {"meta", "env", "train", "tts", "cli", "launch"} <= set(report)
     assert report["meta"]["tasks"] == [task]
     env = report["env"]["tasks"]
     assert list(env) == [task]
@@ -67,11 +67,16 @@ def test_quick_benchmark_runs_every_section(tmp_path: Path) -> None:
     assert 0 < median["sync_share"] < 1  # ... and the gloo collectives at 2 ranks
     assert set(report["tts"]["median_time_s"]) == set(report["tts"]["configs"])
     assert report["cli"]["median_s"]["dry_run"] > 0
+    assert all(report["cli"]["median_s"][name] > 0 for name in ("help", "tasks", "doctor"))
+    launch = report["launch"]  # islab-train against the bare torchrun command it plans (issue 28)
+    for way in ("islab_train", "bare_torchrun"):
+        assert 0 < launch["median_s"][way]["first_s"] <= launch["median_s"][way]["return_s"], launch
+    assert launch["minus_bare_s"]["islab_train"]["return_s"] is not None
     sync = report["sync"]["libs"]["rsl_rl"]  # stock vs fused side by side (issue 13)
     assert 0 < sync["fused"]["collectives_per_iteration"] <= sync["updates_per_iteration"] + 2
     assert sync["stock"]["collectives_per_iteration"] > sync["fused"]["collectives_per_iteration"]
 
-    for heading in ("## 1.", "## 2-4.", "## 8.", "## 5.", "## 6.", "## 7. GPU", "## Commands"):
+    for heading in ("## 1.", "## 2-4.", "## 8.", "## 5.", "## 6.", "## 6b.", "## 7. GPU", "## Commands"):
         assert heading in markdown
     assert "python scripts/bench.py --device cuda" in markdown
     env_table, train_table = (table_after(markdown, heading) for heading in ("## 1.", "## 2-4."))

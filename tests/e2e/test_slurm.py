@@ -436,14 +436,20 @@ STOPS = {
 def _start_requeued_job_now(env: dict[str, str], job_id: str, wait_s: float) -> None:
     """SLURM holds a requeued job back for 120 s (PENDING, Reason=BeginTime): start it now. Asked
     again until it runs: an update made while the requeue is still completing is overwritten by it
-    (a single update once the job read PENDING left the job waiting in some runs)."""
+    (a single update once the job read PENDING left the job waiting in some runs). Not within the
+    second the job's credential was revoked: slurmd compares the new credential's creation time with
+    the revocation in whole seconds and kills the restarted job ("Job credential revoked"; seen
+    here when the job was started 0.3 s after its requeue)."""
     deadline = time.monotonic() + wait_s
+    pending_since = None
     while time.monotonic() < deadline:
         job = _job(env, job_id)
         # right after the requeue the job reads COMPLETING or REQUEUED with Restarts=1: not started yet
         if int(job.get("Restarts", "0")) >= 1 and job.get("JobState") in {"RUNNING", *_FINAL_STATES}:
             return
-        if job.get("JobState") == "PENDING":
+        if job.get("JobState") == "PENDING" and pending_since is None:
+            pending_since = time.monotonic()
+        if pending_since is not None and time.monotonic() - pending_since >= 2:
             subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env, capture_output=True,
                            timeout=30)  # fmt: skip
         time.sleep(1)

@@ -1,4 +1,4 @@
-"""The pods of each `islab-train k8s` format, simulated in two network namespaces, train to the end.
+"""The pods of `islab-train k8s` manifests, simulated in two network namespaces, train to the end.
 
 No cluster can run here, so each format's pods are played as its controller and the kubelet would
 run them (tests/k8s_controllers.py): every "pod" is a network namespace that gets exactly what its
@@ -15,6 +15,12 @@ processes are all SIGKILLed (a crashed container); pod 0's islab-train then fail
 (lost peer), and both containers are started again, as restartPolicy OnFailure does: the job
 continues from ``checkpoints/latest.pt`` of its run directory ``k8s-<name>`` (summary.json:
 resumed, "Kubernetes job ... started again") and ends with identical policies on both ranks.
+
+Two formats are simulated, one per way the pods meet: a TrainJob (a static rendezvous at node 0,
+as PyTorchJob, JobSet and the Indexed Job do) and the elastic PyTorchJob (c10d). Every format's
+pods are checked without namespaces by :func:`test_each_format_s_pods_plan_one_job`: the pods'
+own command, in the environment their controller gives them, plans the same job with node ranks 0
+and 1, node 0's address and the job's run directory -- what differs between the static formats.
 """
 
 from __future__ import annotations
@@ -39,11 +45,42 @@ from prerequisites import AS_ROOT_IN_CI, require
 from islab.cli import run
 from islab.k8s.names import RUNS_MOUNT
 
-pytestmark = [pytest.mark.slow, pytest.mark.netns]
+FORMATS = ["trainjob", "pytorchjob", "jobset", "job", "pytorchjob-elastic"]
+SIMULATED = ["trainjob", "pytorchjob-elastic"]  # one static rendezvous, one c10d (the module docstring)
 
 MAX_ITERATIONS = 8
 TRAIN_TIMEOUT_S = 420.0
 SECRETS = {"WANDB_API_KEY": "sim-secret-value"}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_each_format_s_pods_plan_one_job(tmp_path, capsys, monkeypatch, fmt):
+    pods = pods_of(write_manifest(tmp_path, capsys, fmt, Node("sim0", "veth-sim0", "127.0.0.1")))
+    plans = []
+    for pod in pods:
+        argv = list(pod.container["command"])
+        argv[argv.index(RUNS_MOUNT)] = str(tmp_path / "pvc")
+        for name in [name for name in os.environ if name.startswith(("ISLAB_", "SLURM_", "PET_"))]:
+            monkeypatch.delenv(name)
+        for name, value in {"CUDA_VISIBLE_DEVICES": "", **pod.env(SECRETS)}.items():
+            monkeypatch.setenv(name, value)
+        code = run([*argv[3:], "--dry-run", "--json"])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        assert SECRETS["WANDB_API_KEY"] not in out + err
+        plans.append(json.loads(out))
+    nodes = [node for plan in plans for node in plan["nodes"]]
+    run_dirs = {node["argv"][node["argv"].index("--run-dir") + 1] for node in nodes}
+    assert run_dirs == {str(tmp_path / "pvc" / "rsl_rl" / "Islab-Cartpole-v0" / f"k8s-sim-{fmt}")}
+    if fmt.endswith("elastic"):  # c10d: torchrun numbers the nodes; all meet at worker 0's endpoint
+        endpoints = {node["argv"][node["argv"].index("--rdzv_endpoint") + 1] for node in nodes}
+        assert endpoints == {f"sim-{fmt}-worker-0:29500"}, endpoints
+        return
+    node0, node1 = nodes
+    assert (node0["node_rank"], node1["node_rank"]) == (0, 1)
+    masters = {tuple(node["argv"][node["argv"].index(flag) + 1] for flag in ("--master_addr", "--master_port"))
+               for node in (node0, node1)}  # fmt: skip
+    assert len(masters) == 1 and next(iter(masters))[0] in pods[0].dns_names, (masters, pods[0].dns_names)
 
 
 @pytest.fixture
@@ -106,7 +143,9 @@ def wait_all(processes: list[subprocess.Popen[bytes]], timeout_s: float) -> list
     return [process.poll() for process in processes]
 
 
-@pytest.mark.parametrize("fmt", ["trainjob", "pytorchjob", "jobset", "job", "pytorchjob-elastic"])
+@pytest.mark.slow
+@pytest.mark.netns
+@pytest.mark.parametrize("fmt", SIMULATED)
 def test_pods_train_and_a_restarted_pod_resumes(tmp_path, capsys, nodes, fmt):
     docs = write_manifest(tmp_path, capsys, fmt, nodes[0])
     pods = pods_of(docs)

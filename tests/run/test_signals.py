@@ -77,8 +77,11 @@ class Job:
         return self.stderr_path.read_text(errors="replace")
 
     def ranks(self) -> dict[int, psutil.Process]:
-        """Global rank -> the rank's process (torchrun sets RANK, our JAX ranks JAX_RANK)."""
+        """Global rank -> the rank's process: our JAX ranks are started with JAX_RANK, torchrun's
+        with RANK -- unless torchrun forked them from its agent (CPU ranks), whose environment as
+        /proc shows it is the agent's: those are found by the pid in their heartbeat."""
         self.collect()
+        beating = self.heartbeat_pids()
         found = {}
         for process in alive(self.seen):
             try:
@@ -86,10 +89,16 @@ class Job:
                 cmdline = " ".join(process.cmdline())
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
-            rank = environ.get("JAX_RANK", environ.get("RANK"))
+            rank = environ.get("JAX_RANK", environ.get("RANK", beating.get(process.pid)))
             if rank is not None and "islab" in cmdline and "worker" in cmdline:
                 found[int(rank)] = process
         return found
+
+    def heartbeat_pids(self) -> dict[int, int]:
+        """pid -> global rank, from the ranks' heartbeats (written once training starts)."""
+        run_dir = self.run_dir
+        beats = rundir.read_heartbeats(run_dir) if run_dir is not None else {}
+        return {int(beat["pid"]): rank for rank, beat in beats.items() if "pid" in beat}
 
     def wait_exit(self, timeout_s: float) -> int:
         """Exit code, collecting the process tree while waiting."""

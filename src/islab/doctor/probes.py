@@ -244,6 +244,9 @@ def bind_state(address: str, port: int) -> str:
     belongs to another machine)."""
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
+        # As torch's TCPStore (libuv) and JAX's coordinator (gRPC) bind: connections of an earlier
+        # job still in TIME_WAIT on the port do not stop them listening, so they must not stop us.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((address, port))
         except OSError as exc:
@@ -304,7 +307,7 @@ class Runtime:
 
 
 PROBE = r"""
-import importlib.metadata as md, json, sys
+import importlib.metadata as md, importlib.util, json, os, sys
 out = {"python": sys.version.split()[0], "versions": {}, "torch_cuda": None, "nccl": None, "gloo": None,
        "cuda_devices": None, "jax_backend": None, "error": None}
 for name in DISTRIBUTIONS:
@@ -312,17 +315,28 @@ for name in DISTRIBUTIONS:
         out["versions"][name] = md.version(name)
     except md.PackageNotFoundError:
         out["versions"][name] = None
-try:
-    import torch
-    import torch.distributed as dist
-    out["torch_cuda"] = torch.version.cuda
-    out["gloo"] = bool(dist.is_available() and dist.is_gloo_available())
-    out["cuda_devices"] = torch.cuda.device_count()
-    if dist.is_available() and dist.is_nccl_available():
-        version = torch.cuda.nccl.version()
-        out["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
-except Exception as exc:
-    out["error"] = f"{type(exc).__name__}: {exc}"
+build = {}
+try:  # torch/version.py names the build (cuda, hip) without importing torch (~2 s)
+    found = importlib.util.find_spec("torch")
+    with open(os.path.join(os.path.dirname(found.origin), "version.py"), encoding="utf-8") as source:
+        exec(compile(source.read(), "torch/version.py", "exec"), build)
+except Exception:
+    build = {}
+if build and build.get("cuda") is None and build.get("hip") is None and sys.platform == "linux":
+    # a CPU-only build on Linux: no CUDA device, no NCCL; gloo is built into every such wheel
+    out.update(torch_cuda=None, gloo=True, cuda_devices=0, nccl=None)
+else:
+    try:
+        import torch
+        import torch.distributed as dist
+        out["torch_cuda"] = torch.version.cuda
+        out["gloo"] = bool(dist.is_available() and dist.is_gloo_available())
+        out["cuda_devices"] = torch.cuda.device_count()
+        if dist.is_available() and dist.is_nccl_available():
+            version = torch.cuda.nccl.version()
+            out["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+    except Exception as exc:
+        out["error"] = f"{type(exc).__name__}: {exc}"
 if PROBE_JAX:
     try:
         import jax

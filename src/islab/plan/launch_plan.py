@@ -81,6 +81,8 @@ class LaunchPlan:
     hang_timeout_s: int = 0
     # --resume alone: the worker trains to the run's original target (no budget known here).
     to_target: bool = False
+    # At launch, torchrun forks our worker's ranks from its agent (islab.plan.torchrun, "Forked ranks").
+    forked_ranks: bool = False
 
     def node(self, node_rank: int) -> NodePlan:
         for node in self.nodes:

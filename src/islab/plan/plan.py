@@ -317,6 +317,7 @@ def build_plan(
         events_library=spec.lib if spec.isaaclab or spec.mjlab else None,  # mjlab: <cwd>/logs/rsl_rl
         events_not_before=now.timestamp() - 1 if spec.entrypoint is not None else None,
         hang_timeout_s=hang_timeout_of(spec),
+        forked_ranks=launcher == torchrun.NAME and spec.entrypoint is None and spec.device == "cpu",
     )
 
 

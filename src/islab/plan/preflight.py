@@ -30,22 +30,21 @@ Each node's islab-train runs its own node's part, as it will for the training.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 
-from islab.plan import skrl_jax, torchrun
+from islab.plan import skrl_jax
 from islab.plan.launch_plan import LaunchPlan, NodePlan
 from islab.plan.plan import shared_values
+from islab.plan.torchrun import FORKED_RANKS, QUICK_EXIT_MODULE, forked_argv, module_file, swap_program
 from islab.preflight.report import FIELDS_VARIABLE
 from islab.spec.run_spec import RunSpec
 
 PROBE_MODULE = "islab.preflight.probe"
-QUICK_EXIT_MODULE = "islab.preflight.quick_exit"  # torchrun, ended without the interpreter's teardown
-FORKED_RANKS = ("--run-path", "--start-method", "fork")  # torchrun: ranks forked from its agent, run_path
+__all__ = ["FORKED_RANKS", "QUICK_EXIT_MODULE", "probe_plan", "wants_preflight"]
 DEFAULT_PREFLIGHT_TIMEOUT_S = 60
 # The probe's hard wall-clock limit is its timeout plus this: every probe process is killed then.
 KILL_AFTER_S = 5
@@ -64,42 +63,25 @@ def wants_preflight(spec: RunSpec, mode: str) -> bool:
 
 
 def probe_file() -> str:
-    """The probe's source file, which torchrun's ``--run-path`` runs in each forked rank (absolute,
-    as torchrun asks; found without importing it)."""
-    spec = importlib.util.find_spec(PROBE_MODULE)
-    if spec is None or spec.origin is None:
-        raise RuntimeError(f"{PROBE_MODULE} is not installed with islab-train")
-    return spec.origin
+    """The probe's source file, which torchrun's ``--run-path`` runs in each forked rank."""
+    return module_file(PROBE_MODULE)
 
 
-def probe_program(spec: RunSpec, run_dir: str, timeout_s: int, *, forked: bool = False) -> tuple[str, ...]:
-    """The probe and its options: ``-m islab.preflight.probe ...`` as its own interpreter's program,
-    or (``forked``, under torchrun's ``--run-path``) its file."""
-    head = (probe_file(),) if forked else ("-m", PROBE_MODULE)
-    return (*head, "--run-dir", run_dir, "--device", spec.device, "--timeout", str(timeout_s))
+def probe_args(spec: RunSpec, run_dir: str, timeout_s: int) -> tuple[str, ...]:
+    return ("--run-dir", run_dir, "--device", spec.device, "--timeout", str(timeout_s))
 
 
 def probe_env(spec: RunSpec) -> dict[str, str]:
     return {**NCCL_DEBUG_ENV, FIELDS_VARIABLE: json.dumps(shared_values(spec), sort_keys=True)}
 
 
-def _swap_program(argv: Sequence[str], program: Sequence[str], probe: Sequence[str]) -> tuple[str, ...]:
-    argv = tuple(argv)
-    program = tuple(program)
-    if argv[len(argv) - len(program) :] != program:
-        raise ValueError(f"the plan's command does not end with its program {program!r}: {argv!r}")
-    return (*argv[: len(argv) - len(program)], *probe)
-
-
-def _bounded_torchrun(argv: Sequence[str], timeout_s: int) -> tuple[str, ...]:
+def _bounded_torchrun(
+    argv: Sequence[str], program: Sequence[str], probe: Sequence[str], timeout_s: int
+) -> tuple[str, ...]:
     """torchrun's rendezvous wait set to ``timeout_s`` (``join_timeout`` for c10d, the store's
     ``timeout`` for a static rendezvous: added when the job leaves torchrun's default), no restarts,
-    ranks forked (:data:`FORKED_RANKS`), run under :data:`QUICK_EXIT_MODULE`."""
-    argv = list(argv)
-    for index in range(len(argv) - 1):
-        if argv[index : index + 2] == ["-m", torchrun.MODULE]:
-            argv[index : index + 2] = ["-m", QUICK_EXIT_MODULE, "-m", torchrun.MODULE, *FORKED_RANKS]
-            break
+    ranks forked (:data:`FORKED_RANKS`) running the probe's file, run under :data:`QUICK_EXIT_MODULE`."""
+    argv = list(forked_argv(argv, program, (probe_file(), *probe)))
     c10d = "--rdzv_backend" in argv and argv[argv.index("--rdzv_backend") + 1] == "c10d"
     wait = f"{'join_timeout' if c10d else 'timeout'}={timeout_s}"
     if "--rdzv_conf" not in argv:
@@ -122,20 +104,22 @@ def _added(env: Mapping[str, str], extra: Mapping[str, str]) -> Mapping[str, str
 def probe_plan(plan: LaunchPlan, spec: RunSpec, timeout_s: int) -> LaunchPlan:
     """``plan`` with the probe in place of every rank's program (see the module docstring)."""
     program = plan.program
-    probe = probe_program(spec, plan.run_dir, timeout_s, forked=plan.launcher != skrl_jax.NAME)
+    probe = probe_args(spec, plan.run_dir, timeout_s)
     extra = probe_env(spec)
     nodes = []
     for node in plan.nodes:
-        argv = _swap_program(node.argv, program, probe)
         if plan.launcher == skrl_jax.NAME:
+            module_probe = ("-m", PROBE_MODULE, *probe)
             ranks = tuple(
-                replace(rank, argv=(*_swap_program(rank.argv, program, probe),), env=_added(rank.env, extra))
+                replace(rank, argv=(*swap_program(rank.argv, program, module_probe),), env=_added(rank.env, extra))
                 for rank in node.ranks
             )
+            argv = swap_program(node.argv, program, module_probe)
             nodes.append(NodePlan(node.node_rank, argv, _added(node.env, extra), ranks))
         else:
-            nodes.append(NodePlan(node.node_rank, _bounded_torchrun(argv, timeout_s), _added(node.env, extra)))
+            argv = _bounded_torchrun(node.argv, program, probe, timeout_s)
+            nodes.append(NodePlan(node.node_rank, argv, _added(node.env, extra)))
     return replace(
         plan, nodes=tuple(nodes), rendezvous_timeout_s=timeout_s, budget=None, entrypoint=True, events_root=None,
-        events_library=None, events_not_before=None, hang_timeout_s=0,
+        events_library=None, events_not_before=None, hang_timeout_s=0, forked_ranks=False,
     )  # fmt: skip

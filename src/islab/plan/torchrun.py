@@ -11,11 +11,25 @@ the launching node knows (``is_host=1``, ``--local_addr``).
 **At launch** (:func:`supervised_argv`, not shown by ``--dry-run``): ``--tee 3`` makes every line
 of a rank arrive prefixed ``[default<local_rank>]:`` so the console can attribute it, and
 ``--log-dir`` points torchrun's per-rank directories at a folder of the supervisor's own.
+
+**Forked ranks** (:func:`forked_argv`; at launch for our worker on CPU ranks, always for the
+pre-flight's probe). torchrun's agent imports torch before it starts the ranks; by default each
+rank is a new interpreter that imports torch again (~2 s of every core of a 2-core machine, at
+every launch). ``--run-path --start-method fork`` (torchrun's own options) forks every rank from
+the agent instead and runs the program's *file* there (:func:`runpy.run_path`): rendezvous,
+environment, devices and world size stay the same, and a forked rank ends without the
+interpreter's teardown (multiprocessing leaves with ``os._exit``). The agent itself runs under
+:data:`QUICK_EXIT_MODULE`, which ends it without tearing torch down once torchrun's ``main``
+returns (~1-3 s the launcher would otherwise wait after the last rank is gone). Only where the
+ranks' interpreter is the launcher's: the program's file is found in this interpreter. Not for
+GPU ranks yet: the agent never touches CUDA, so each forked rank would initialise its own, but
+that path has not run on a GPU (scripts/gpu_acceptance.sh is where it will be tried).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -28,6 +42,8 @@ if TYPE_CHECKING:
 NAME = "torchrun"
 WORKER_MODULE = "islab.worker"
 MODULE = "torch.distributed.run"  # what `python -m` runs as torchrun
+QUICK_EXIT_MODULE = "islab.preflight.quick_exit"  # torchrun, ended without the interpreter's teardown
+FORKED_RANKS = ("--run-path", "--start-method", "fork")  # torchrun: ranks forked from its agent, run_path
 
 
 def node_argv(spec: RunSpec, node_rank: int, derived: Mapping[str, str], program: Sequence[str]) -> tuple[str, ...]:
@@ -111,6 +127,43 @@ def supervised_argv(argv: Sequence[str], log_dir: str | None = None) -> tuple[st
                 added += ["--log-dir", log_dir]
             return (*argv[: index + 2], *added, *argv[index + 2 :])
     return argv
+
+
+def module_file(module: str) -> str:
+    """A module's source file, which torchrun's ``--run-path`` runs in each forked rank (absolute, as
+    torchrun asks; found without importing the module)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise RuntimeError(f"{module} is not installed with islab-train")
+    return spec.origin
+
+
+def swap_program(argv: Sequence[str], program: Sequence[str], replacement: Sequence[str]) -> tuple[str, ...]:
+    """``argv``, which ends with ``program``, ending with ``replacement`` instead."""
+    argv, program = tuple(argv), tuple(program)
+    if argv[len(argv) - len(program) :] != program:
+        raise ValueError(f"the plan's command does not end with its program {program!r}: {argv!r}")
+    return (*argv[: len(argv) - len(program)], *replacement)
+
+
+def forked_argv(argv: Sequence[str], program: Sequence[str], script: Sequence[str]) -> tuple[str, ...]:
+    """torchrun's ``argv`` (ending with ``program``) run under :data:`QUICK_EXIT_MODULE`, its ranks
+    forked from the agent (:data:`FORKED_RANKS`), each running ``script`` (a file and its
+    arguments) in place of ``program``."""
+    swapped = list(swap_program(argv, program, script))
+    for index in range(len(swapped) - 1):
+        if swapped[index : index + 2] == ["-m", MODULE]:
+            swapped[index : index + 2] = ["-m", QUICK_EXIT_MODULE, "-m", MODULE, *FORKED_RANKS]
+            return tuple(swapped)
+    raise ValueError(f"not a torchrun command: {argv!r}")
+
+
+def worker_script(program: Sequence[str]) -> tuple[str, ...] | None:
+    """Our worker's ``-m islab.worker ARGS`` as its file and the same arguments (for
+    :func:`forked_argv`), or None for any other program."""
+    if tuple(program[:2]) != ("-m", WORKER_MODULE):
+        return None
+    return (module_file(f"{WORKER_MODULE}.__main__"), *program[2:])
 
 
 def nproc_of(argv: Sequence[str]) -> int:

@@ -21,6 +21,7 @@ something is drawn.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -31,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Literal
 
-from islab.run.curves import write_curves
+from islab.run.curves import prepare, write_curves
 from islab.run.formatting import eta_s, format_duration, format_rate, format_return, plain_line, summary_rows
 from islab.rundir import (
     CURVES_FILE,
@@ -222,6 +223,8 @@ class RunView:
         self._lock = threading.Lock()
         self._live: Any = None
         self._closed = False
+        if progress:  # the end of the run draws curves.png: its imports are done while the ranks start
+            threading.Thread(target=_prepare_finish, name="islab-prepare-finish", daemon=True).start()
         if live and progress:
             from rich.console import Console
             from rich.live import Live
@@ -277,6 +280,13 @@ class RunView:
             if self._live is not None:
                 self._live.stop()
                 self._live = None
+
+
+def _prepare_finish() -> None:
+    """What :func:`finish` imports, imported ahead (a failure here is :func:`finish`'s to report)."""
+    with contextlib.suppress(Exception):
+        prepare()
+        import rich.table  # noqa: F401
 
 
 def render_summary(rows: Iterable[tuple[str, str]], out: IO[str], *, tty: bool) -> None:

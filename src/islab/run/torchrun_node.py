@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import shutil
 import signal
+import sys
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, NamedTuple
 
-from islab.plan.torchrun import nproc_of, ranks_env, supervised_argv
+from islab.plan.torchrun import forked_argv, nproc_of, ranks_env, supervised_argv, worker_script
 from islab.run.console import route_line
 from islab.run.failures import (
     cause_named,
@@ -195,10 +197,16 @@ class TorchrunNode:
         self.log_dir = tempfile.mkdtemp(prefix="islab-torchrun-")
 
     def children(self) -> list[Child]:
-        argv = supervised_argv(self.node.argv, self.log_dir)
-        return [
-            Child(argv, ranks_env(self.node.env, nproc_of(argv)), rank=None, first_rank=self.first_rank, tail_lines=400)
-        ]
+        argv, env = tuple(self.node.argv), dict(self.node.env)
+        script = worker_script(self.plan.program) if self.plan.forked_ranks else None
+        # Forked ranks run the worker's file as this interpreter finds it: only where the ranks'
+        # interpreter is this one (islab.plan.torchrun, "Forked ranks").
+        if script is not None and os.path.abspath(argv[0]) == os.path.abspath(sys.executable):
+            argv = forked_argv(argv, self.plan.program, script)
+            # A forked rank keeps the agent's streams; unbuffered, as torchrun's `python -u` ranks.
+            env.setdefault("PYTHONUNBUFFERED", "1")
+        argv = supervised_argv(argv, self.log_dir)
+        return [Child(argv, ranks_env(env, nproc_of(argv)), rank=None, first_rank=self.first_rank, tail_lines=400)]
 
     def observe(self, rank: int | None, line: str) -> None:
         """torchrun enforces the rendezvous timeout itself."""

@@ -22,7 +22,11 @@ iterations, computed here from the world size this job actually got (islab.spec.
 ``--resume`` that is T more env steps (``--resume`` alone: the run's original target, islab.worker.resume).
 
 ``@record`` makes an exception's traceback reach torchrun's failure summary instead of being lost.
-This file uses absolute imports only, because skrl's JAX launcher runs it as a script.
+This file uses absolute imports only, because skrl's JAX launcher runs it as a script, and so does
+torchrun when it forks the ranks from its agent (``--run-path --start-method fork``, CPU ranks:
+islab.plan.torchrun, "Forked ranks"). A forked rank starts with the agent's signal handlers, which
+it sets back to Python's defaults, and ends through torchrun's process wrapper (which waits for the
+rank's return value, then leaves without the interpreter's teardown).
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import faulthandler
+import multiprocessing
 import os
+import signal
 import sys
 import time
 import traceback
@@ -44,6 +50,21 @@ from islab.spec.budget import Budget
 from islab.spec.worker_args import build_parser, parse
 from islab.tasks import TASKS, add_task_module
 from islab.worker.faults import maybe_inject_fault
+
+
+def forked_from_agent() -> bool:
+    """Was this rank forked from torchrun's agent (``--start-method fork``) rather than started as
+    its own interpreter?"""
+    return multiprocessing.parent_process() is not None
+
+
+def default_signal_handlers() -> None:
+    """The handlers a new interpreter starts with. A forked rank inherits torchrun's agent's, which
+    turn SIGTERM/SIGINT/SIGHUP/SIGQUIT into its own exception: a rank stopped before training
+    (blocked in the rendezvous, say) must die of the signal, as a rank started by exec does."""
+    for number in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(number, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -301,7 +322,8 @@ def _report_preemption(
 
 
 def leave_process_group_together(code: int) -> None:
-    """Wait for every rank before anyone closes its connections; on gloo, then end the process.
+    """Wait for every rank before anyone closes its connections; on gloo, then end the process
+    (a rank forked from torchrun's agent returns instead: its wrapper ends it without teardown).
 
     Ranks finish their last iteration at slightly different times. A rank that exits while a slower
     peer still has gloo traffic in flight can make that peer's transport throw inside a C++ thread,
@@ -318,6 +340,8 @@ def leave_process_group_together(code: int) -> None:
     dist.barrier()
     if dist.get_backend() == "gloo":
         _flush_for_exit()
+        if forked_from_agent():
+            raise SystemExit(code)  # torchrun's wrapper takes SystemExit(0) as the rank's return
         os._exit(code)
 
 
@@ -338,6 +362,18 @@ def _flush_for_exit() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if not forked_from_agent():
+        return _main(argv, forked=False)
+    default_signal_handlers()
+    try:
+        return _main(argv, forked=True)
+    finally:
+        # torchrun's wrapper ends a forked rank with os._exit: what the interpreter's exit would
+        # still write (the libraries' TensorBoard events, atexit handlers) is written now, on every path.
+        _flush_for_exit()
+
+
+def _main(argv: list[str] | None, *, forked: bool) -> int:
     args = parse_args(argv)
     from torch.distributed.elastic.multiprocessing.errors import record
 
@@ -347,28 +383,35 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         record(run)(args)
-        leave_process_group_together(0)
+        code = 0
     except (AgentConfigError, CheckpointError) as error:
         print(f"error: {error}", file=sys.stderr)
+        _destroy_process_group()
         return 2
     except Preempted:  # every rank stopped after the same iteration, which rank 0 checkpointed
-        leave_process_group_together(PREEMPTED_EXIT_CODE)
-        return PREEMPTED_EXIT_CODE
+        code = PREEMPTED_EXIT_CODE
     except BaseException:
-        if "JAX_RANK" not in os.environ:
+        jax_rank = "JAX_RANK" in os.environ
+        if forked or jax_rank:  # torchrun's wrapper of a forked rank, like os._exit, prints no traceback
+            traceback.print_exc()
+        if not jax_rank:
+            _destroy_process_group()
             raise
         # A failing JAX rank must die now: jax.distributed's exit hook waits in a barrier for the
         # peers, which are still training, so the job would hang until a heartbeat timeout (~5 min).
-        traceback.print_exc()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)
-    finally:
-        import torch.distributed as dist
+    leave_process_group_together(code)
+    _destroy_process_group()
+    return code
 
-        if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
-    return 0
+
+def _destroy_process_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
