@@ -1,0 +1,103 @@
+"""At launch, torchrun forks our worker's CPU ranks from its agent (islab.plan.torchrun, "Forked
+ranks"): the command a node runs, read back with torchrun's own parser, and a real launch whose
+ranks are the agent's forks. GPU ranks, a user's entry point and another interpreter keep one
+interpreter per rank; the dry run shows the plan's command either way."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import psutil
+import pytest
+from child_env import child_env
+from training_runs import ISLAB_TRAIN
+
+from islab.plan.plan import build_plan
+from islab.plan.torchrun import FORKED_RANKS, MODULE, QUICK_EXIT_MODULE
+from islab.resolve.resolve import Provided, resolve_spec
+from islab.run.torchrun_node import TorchrunNode
+from islab.worker import ENTRY_SCRIPT
+
+
+def node_command(**values: object) -> tuple[tuple[str, ...], dict[str, str], tuple[str, ...]]:
+    """(argv, env) torchrun is started with at launch, and the plan's (dry run's) argv."""
+    layer = {name: Provided(value, f"--{name}") for name, value in values.items()}
+    layer.setdefault("python", Provided(sys.executable, "--python"))
+    plan = build_plan(resolve_spec(layer).spec, now=datetime(2026, 3, 4), free_port=45678)
+    runner = TorchrunNode(plan, plan.node(0))
+    try:
+        (child,) = runner.children()
+    finally:
+        runner.close()
+    return tuple(child.argv), dict(child.env), plan.node(0).argv
+
+
+def torchrun_args(argv: tuple[str, ...]):
+    from torch.distributed.run import get_args_parser
+
+    return get_args_parser().parse_args(list(argv[argv.index(MODULE) + 1 :]))
+
+
+def test_cpu_ranks_of_our_worker_are_forked_from_the_agent() -> None:
+    argv, env, planned = node_command(device="cpu", nproc_per_node=2)
+    assert argv[:5] == (sys.executable, "-m", QUICK_EXIT_MODULE, "-m", MODULE)
+    args = torchrun_args(argv)
+    assert args.run_path and args.start_method == "fork" and not args.module
+    assert Path(args.training_script) == ENTRY_SCRIPT
+    # the worker's arguments and torchrun's layout are the plan's
+    assert args.training_script_args == list(planned[planned.index("islab.worker") + 1 :])
+    planned_args = torchrun_args(planned)
+    assert (args.nproc_per_node, args.master_port) == (planned_args.nproc_per_node, planned_args.master_port)
+    assert env["PYTHONUNBUFFERED"] == "1"  # as torchrun's `python -u` ranks
+    assert not set(FORKED_RANKS) & set(planned)  # the dry run shows the plan's command
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"device": "cuda", "nproc_per_node": 2},  # GPU ranks: not yet run on a GPU
+        {"device": "cpu", "nproc_per_node": 2, "python": "/opt/isaac/python.sh"},  # another interpreter
+        {"device": "cpu", "nproc_per_node": 2, "entrypoint": {"script": "train.py"}},  # a user's entry point
+    ],
+    ids=["gpu", "other-python", "entry-point"],
+)
+def test_other_launches_start_each_rank_as_its_own_interpreter(values: dict[str, object]) -> None:
+    layer = dict(values)
+    python = layer.pop("python", sys.executable)
+    argv, _, planned = node_command(python=python, **layer)
+    assert QUICK_EXIT_MODULE not in argv and "--run-path" not in argv
+    assert (
+        argv[argv.index(MODULE) + 1 :][-len(planned[planned.index(MODULE) + 1 :]) :]
+        == planned[planned.index(MODULE) + 1 :]
+    )
+
+
+@pytest.mark.slow
+def test_a_real_cpu_launch_trains_on_ranks_forked_from_the_agent(tmp_path: Path) -> None:
+    """The ranks' pids (from their heartbeats) are children of the torchrun agent, which runs under
+    quick_exit, and started after it: forks, not interpreters of their own."""
+    command = [*ISLAB_TRAIN, "--lib", "rsl_rl", "--device", "cpu", "--nproc", "2", "--num-envs", "64",
+               "--max-iterations", "30", "--log-dir", str(tmp_path), "--run-name", "fork"]  # fmt: skip
+    process = subprocess.Popen(command, env=child_env(("ISLAB_", "RANK", "WORLD_SIZE")), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        parents: dict[int, list[str]] = {}
+        while process.poll() is None and len(parents) < 2:
+            for beat in tmp_path.glob("*/*/*_fork/heartbeats/rank_*.json"):
+                try:
+                    pid = json.loads(beat.read_text())["pid"]
+                    parents[pid] = psutil.Process(pid).parent().cmdline()
+                except (OSError, ValueError, KeyError, psutil.Error):
+                    continue
+        assert len(parents) == 2, process.stderr.read() if process.poll() is not None else parents
+        for agent in parents.values():
+            assert agent[1:5] == ["-m", QUICK_EXIT_MODULE, "-m", MODULE] and "--run-path" in agent, agent
+        assert process.wait(timeout=300) == 0, process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
