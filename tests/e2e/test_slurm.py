@@ -234,14 +234,30 @@ def test_sbatch_validates_the_spec_first(islab):
 SLURM_BINARIES = ("sbatch", "squeue", "scancel", "slurmctld", "slurmd", "munged")
 
 
-def _stop_by_pid_file(pid_file: Path) -> None:
-    with contextlib.suppress(OSError, ValueError):
-        pid = int(pid_file.read_text().strip())
-        os.kill(pid, signal.SIGTERM)
-        for _ in range(50):
-            os.kill(pid, 0)
-            time.sleep(0.1)
-        os.kill(pid, signal.SIGKILL)
+def _stop_by_pid_files(pid_files: list[Path], grace_s: float = 5.0) -> None:
+    """SIGTERM to every daemon at once (each takes seconds to save its state), SIGKILL to any still
+    alive after ``grace_s``."""
+    pids = []
+    for pid_file in pid_files:
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(pid_file.read_text().strip())
+            os.kill(pid, signal.SIGTERM)
+            pids.append(pid)
+    deadline = time.monotonic() + grace_s
+    while pids and time.monotonic() < deadline:
+        pids = [pid for pid in pids if _alive(pid)]
+        time.sleep(0.05)
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
 
 
 @pytest.fixture
@@ -318,8 +334,7 @@ PartitionName=debug Nodes={host} Default=YES State=UP MaxTime=INFINITE
             if queue.returncode != 0 or not queue.stdout.strip():
                 break
             time.sleep(0.2)
-        for name in ("slurmd", "slurmctld", "munged"):
-            _stop_by_pid_file(base / f"{name}.pid")
+        _stop_by_pid_files([base / f"{name}.pid" for name in ("slurmd", "slurmctld", "munged")])
 
 
 @pytest.mark.slow
