@@ -50,6 +50,25 @@ def islab(capsys):
     return invoke
 
 
+@pytest.fixture(scope="session")
+def one_rank_run(tmp_path_factory):
+    """``one_rank_run(lib, ml_framework)``: the run directory of the session's one tiny 1-rank run of
+    that library path (tests/training_runs.py), trained on first use, shared by the tests that only
+    read it."""
+    from training_runs import train_one_rank
+
+    runs: dict[tuple[str, str], object] = {}
+
+    def get(lib: str, ml_framework: str = "torch"):
+        if (lib, ml_framework) not in runs:
+            runs[lib, ml_framework] = train_one_rank(
+                tmp_path_factory.mktemp(f"run-{lib}-{ml_framework}"), lib, ml_framework
+            )
+        return runs[lib, ml_framework]
+
+    return get
+
+
 def pytest_runtest_setup(item):
     """``@pytest.mark.needs("jax", ...)``: skip without those modules -- fail under CI=true."""
     from prerequisites import require_modules

@@ -46,3 +46,25 @@ def launch(
     environment = child_env(("ISLAB_", "RANK", "WORLD_SIZE"))
     environment.update(env or {})
     return subprocess.run(command, capture_output=True, text=True, timeout=600, env=environment)
+
+
+# One tiny 1-rank CPU run per library path (64 envs, 2 iterations, a checkpoint after each), shared by
+# the tests that only read a trained run (conftest's ``one_rank_run``: play/export, TensorBoard
+# events). rsl_rl trains with its observation normalizer on (off in the Cartpole config), so an export
+# that forgets the normalizer shows for every library.
+ONE_RANK_OVERRIDES = {"rsl_rl": ("actor.obs_normalization=true",)}
+
+
+def train_one_rank(log_dir: Path, lib: str, ml_framework: str) -> Path:
+    """Train the shared 1-rank run of ``lib``/``ml_framework`` under ``log_dir``; its run directory."""
+    command = [
+        *ISLAB_TRAIN, "--lib", lib, "--ml-framework", ml_framework, "--device", "cpu", "--nproc", "1",
+        "--num-envs", "64", "--max-iterations", "2", "--checkpoint-interval", "1", "--log-dir", str(log_dir),
+        *ONE_RANK_OVERRIDES.get(lib, ()),
+    ]  # fmt: skip
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=600, env=child_env(("ISLAB_", "RANK", "WORLD_SIZE"))
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    (run_dir,) = log_dir.glob("*/*/*")
+    return run_dir

@@ -1,7 +1,8 @@
 """``islab-train play`` and ``islab-train export`` on runs trained through the real launcher.
 
 One tiny CPU run per library path (rsl_rl, rl_games, skrl torch, skrl JAX; 1 rank, 64 envs, 2
-iterations, a checkpoint after each) is shared by the tests of that path. The export must give
+iterations, a checkpoint after each: conftest's ``one_rank_run``) is shared by the tests of that
+path, and with the TensorBoard tests. The export must give
 the actions of the library's own deterministic inference (the adapter's
 ``deterministic_actions``) on 1,000 random observations, TorchScript and ONNX (onnxruntime) alike,
 within 1e-5; rsl_rl trains with its observation normalizer on (off in the Cartpole config) so a
@@ -28,12 +29,8 @@ from islab import rundir
 from islab.policy.play import quotas, run_episodes, spread
 from islab.policy.source import resolve_source
 
-LIBRARY_PATHS = {
-    "rsl_rl": ("rsl_rl", "torch", ("actor.obs_normalization=true",)),
-    "rl_games": ("rl_games", "torch", ()),
-    "skrl": ("skrl", "torch", ()),
-    "skrl-jax": ("skrl", "jax", ()),
-}
+LIBRARY_PATHS = {"rsl_rl": ("rsl_rl", "torch"), "rl_games": ("rl_games", "torch"), "skrl": ("skrl", "torch"),
+                 "skrl-jax": ("skrl", "jax")}  # fmt: skip
 EVAL_KEYS = {
     "run_dir", "lib", "ml_framework", "task", "checkpoint", "checkpoint_choice", "checkpoint_iteration",
     "policy_sha256", "episodes", "num_envs", "device", "seed", "return", "length", "success_rate",
@@ -53,19 +50,12 @@ def islab_train(*args: str, timeout: float = 600) -> subprocess.CompletedProcess
     )
 
 
-@pytest.fixture(scope="module", params=list(LIBRARY_PATHS))
-def trained_run(request, tmp_path_factory) -> Path:
-    lib, framework, overrides = LIBRARY_PATHS[request.param]
+@pytest.fixture(params=list(LIBRARY_PATHS))
+def trained_run(request, one_rank_run) -> Path:
+    lib, framework = LIBRARY_PATHS[request.param]
     if framework == "jax":
         require_modules("jax")
-    log_dir = tmp_path_factory.mktemp(f"play-{request.param}")
-    done = islab_train(
-        "--lib", lib, "--ml-framework", framework, "--device", "cpu", "--nproc", "1", "--num-envs", "64",
-        "--max-iterations", "2", "--checkpoint-interval", "1", "--log-dir", str(log_dir), *overrides,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    (run_dir,) = log_dir.glob("*/*/*")
-    return run_dir
+    return one_rank_run(lib, framework)
 
 
 @pytest.mark.slow

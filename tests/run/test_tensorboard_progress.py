@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from paths import REPO
 
 from islab.run.tensorboard_progress import (
     TAGS,
@@ -185,33 +184,13 @@ def _tensorboards_own_reading(run_dir: Path, tag: str) -> list[tuple[int, float]
 
 @pytest.mark.slow
 @pytest.mark.parametrize("lib", ["rsl_rl", "rl_games", "skrl"])
-def test_real_training_events_match_the_workers_progress(tmp_path, lib, clean_environment):
-    """A real 2-iteration training writes the library's own event file: the reader gives the values
-    TensorBoard itself reads, at our iteration numbers; for rsl_rl and rl_games they are also the
-    mean returns our worker reported in progress.jsonl (both average the same episodes; skrl's
-    "Total reward" sums its own tracked rewards, while our skrl adapter reports the env's
-    episode_return log, so only the iterations are compared there)."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "islab.cli",
-        "--lib",
-        lib,
-        "--device",
-        "cpu",
-        "--nproc",
-        "1",
-        "--num-envs",
-        "64",
-        "--max-iterations",
-        "2",
-        "--log-dir",
-        str(tmp_path),
-    ]
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    (run_dir,) = [p.parent for p in tmp_path.rglob("progress.jsonl")]
+def test_real_training_events_match_the_workers_progress(lib, one_rank_run):
+    """A real 2-iteration training (the session's shared 1-rank run) writes the library's own event
+    file: the reader gives the values TensorBoard itself reads, at our iteration numbers; for rsl_rl
+    and rl_games they are also the mean returns our worker reported in progress.jsonl (both average
+    the same episodes; skrl's "Total reward" sums its own tracked rewards, while our skrl adapter
+    reports the env's episode_return log, so only the iterations are compared there)."""
+    run_dir = one_rank_run(lib)
     ours = {r["iteration"]: r["mean_return"] for r in read_progress(run_dir)}
     rollouts = None
     if lib == "skrl":  # skrl's x axis is timesteps: the agent config's rollouts make them iterations
