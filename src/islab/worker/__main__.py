@@ -23,20 +23,15 @@ iterations, computed here from the world size this job actually got (islab.spec.
 
 ``@record`` makes an exception's traceback reach torchrun's failure summary instead of being lost.
 This file uses absolute imports only, because skrl's JAX launcher runs it as a script, and so does
-torchrun when it forks the ranks from its agent (``--run-path --start-method fork``, CPU ranks:
-islab.plan.torchrun, "Forked ranks"). A forked rank starts with the agent's signal handlers, which
-it sets back to Python's defaults, and ends through torchrun's process wrapper (which waits for the
-rank's return value, then leaves without the interpreter's teardown).
+torchrun when it forks the ranks from its agent (``--run-path --start-method fork``, CPU ranks).
+How a rank ends either way: islab.worker.leaving.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import faulthandler
-import multiprocessing
 import os
-import signal
 import sys
 import time
 import traceback
@@ -50,21 +45,13 @@ from islab.spec.budget import Budget
 from islab.spec.worker_args import build_parser, parse
 from islab.tasks import TASKS, add_task_module
 from islab.worker.faults import maybe_inject_fault
-
-
-def forked_from_agent() -> bool:
-    """Was this rank forked from torchrun's agent (``--start-method fork``) rather than started as
-    its own interpreter?"""
-    return multiprocessing.parent_process() is not None
-
-
-def default_signal_handlers() -> None:
-    """The handlers a new interpreter starts with. A forked rank inherits torchrun's agent's, which
-    turn SIGTERM/SIGINT/SIGHUP/SIGQUIT into its own exception: a rank stopped before training
-    (blocked in the rendezvous, say) must die of the signal, as a rank started by exec does."""
-    for number in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(number, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+from islab.worker.leaving import (
+    default_signal_handlers,
+    destroy_process_group,
+    flush_for_exit,
+    forked_from_agent,
+    leave_process_group_together,
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -321,46 +308,6 @@ def _report_preemption(
         })  # fmt: skip
 
 
-def leave_process_group_together(code: int) -> None:
-    """Wait for every rank before anyone closes its connections; on gloo, then end the process
-    (a rank forked from torchrun's agent returns instead: its wrapper ends it without teardown).
-
-    Ranks finish their last iteration at slightly different times. A rank that exits while a slower
-    peer still has gloo traffic in flight can make that peer's transport throw inside a C++ thread,
-    which aborts it (SIGABRT) and fails a run whose training had completed; the barrier costs one
-    round trip. Even after it, gloo's own teardown (destroy_process_group, or the interpreter's at
-    exit) races with the peer's and sometimes aborts ("terminate called without an active
-    exception", pytorch/gloo#168). Everything of the run is on disk by now, so a gloo rank flushes
-    what is still buffered and leaves with ``code`` without tearing gloo down.
-    """
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()):
-        return
-    dist.barrier()
-    if dist.get_backend() == "gloo":
-        _flush_for_exit()
-        if forked_from_agent():
-            raise SystemExit(code)  # torchrun's wrapper takes SystemExit(0) as the rank's return
-        os._exit(code)
-
-
-def _flush_for_exit() -> None:
-    """What a normal interpreter exit would still write: the libraries' TensorBoard event writers
-    (buffered, flushed every few seconds by a thread), the atexit handlers (logging's, a profiler's
-    dump...), and our output. Only the interpreter's finalization, where gloo tears down, is skipped."""
-    import atexit
-    import gc
-
-    for obj in gc.get_objects():
-        if type(obj).__name__ == "SummaryWriter" and callable(getattr(obj, "close", None)):
-            with contextlib.suppress(Exception):
-                obj.close()
-    atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
-
-
 def main(argv: list[str] | None = None) -> int:
     if not forked_from_agent():
         return _main(argv, forked=False)
@@ -370,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         # torchrun's wrapper ends a forked rank with os._exit: what the interpreter's exit would
         # still write (the libraries' TensorBoard events, atexit handlers) is written now, on every path.
-        _flush_for_exit()
+        flush_for_exit()
 
 
 def _main(argv: list[str] | None, *, forked: bool) -> int:
@@ -386,7 +333,7 @@ def _main(argv: list[str] | None, *, forked: bool) -> int:
         code = 0
     except (AgentConfigError, CheckpointError) as error:
         print(f"error: {error}", file=sys.stderr)
-        _destroy_process_group()
+        destroy_process_group()
         return 2
     except Preempted:  # every rank stopped after the same iteration, which rank 0 checkpointed
         code = PREEMPTED_EXIT_CODE
@@ -395,7 +342,7 @@ def _main(argv: list[str] | None, *, forked: bool) -> int:
         if forked or jax_rank:  # torchrun's wrapper of a forked rank, like os._exit, prints no traceback
             traceback.print_exc()
         if not jax_rank:
-            _destroy_process_group()
+            destroy_process_group()
             raise
         # A failing JAX rank must die now: jax.distributed's exit hook waits in a barrier for the
         # peers, which are still training, so the job would hang until a heartbeat timeout (~5 min).
@@ -403,15 +350,8 @@ def _main(argv: list[str] | None, *, forked: bool) -> int:
         sys.stderr.flush()
         os._exit(1)
     leave_process_group_together(code)
-    _destroy_process_group()
+    destroy_process_group()
     return code
-
-
-def _destroy_process_group() -> None:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
