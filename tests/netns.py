@@ -173,6 +173,16 @@ def kill_all(processes: dict[int, psutil.Process]) -> None:
             process.kill()
 
 
+def pid_alive(pid: int) -> bool:
+    """Is ``pid`` a running process (a zombie still answers kill(0), so its state is read too)?"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
+
+
 def run_dir_of(log_dir: Path) -> Path | None:
     """The single run directory under ``log_dir`` (<lib>/<task>/<stamp>), once it exists."""
     found = [path for path in log_dir.glob("*/*/*") if path.is_dir()]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from child_env import child_env
+from netns import pid_alive
 from paths import FIXTURES
 from ports import port_for_a_child
 from prerequisites import AS_ROOT_IN_CI, require
@@ -245,19 +246,11 @@ def _stop_by_pid_files(pid_files: list[Path], grace_s: float = 5.0) -> None:
             pids.append(pid)
     deadline = time.monotonic() + grace_s
     while pids and time.monotonic() < deadline:
-        pids = [pid for pid in pids if _alive(pid)]
+        pids = [pid for pid in pids if pid_alive(pid)]
         time.sleep(0.05)
     for pid in pids:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ from paths import DOCS
 
 from islab.plan.nccl import flight_recorder_env, with_nccl_settings
 from islab.plan.plan import build_plan
-from islab.plan.preflight import FORKED_RANKS, KILL_AFTER_S, QUICK_EXIT_MODULE, probe_file, probe_plan, wants_preflight
-from islab.plan.torchrun import with_c10d_node_facts
+from islab.plan.preflight import KILL_AFTER_S, probe_file, probe_plan, wants_preflight
+from islab.plan.torchrun import FORKED_RANKS, QUICK_EXIT_MODULE, with_c10d_node_facts
 from islab.preflight.prediction import prediction_line
 from islab.preflight.report import FIELDS_VARIABLE, PREDICTION_KEY, REPORT_KEYS
 from islab.preflight.triage import NCCL_SAFE_ENV

@@ -18,7 +18,8 @@ from pathlib import Path
 from paths import SRC
 
 from islab.plan.plan import build_plan
-from islab.plan.preflight import QUICK_EXIT_MODULE, probe_file, probe_plan
+from islab.plan.preflight import probe_file, probe_plan
+from islab.plan.torchrun import QUICK_EXIT_MODULE
 from islab.preflight.probe import SIZES_BYTES, repeats_of
 from islab.run import processes
 from islab.spec.run_spec import RunSpec

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -16,6 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 import pytest
+from netns import pid_alive
 from ports import port_is_free
 
 from islab import rundir
@@ -47,16 +47,6 @@ def run_quiet(plan: LaunchPlan, **kwargs: object) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     code = supervise.run_plan(plan, 0, stdout=out, stderr=err, **kwargs)  # type: ignore[arg-type]
     return code, out.getvalue(), err.getvalue()
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie still answers kill(0); check its state
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -39,12 +39,11 @@ from types import MappingProxyType
 from islab.plan import skrl_jax
 from islab.plan.launch_plan import LaunchPlan, NodePlan
 from islab.plan.plan import shared_values
-from islab.plan.torchrun import FORKED_RANKS, QUICK_EXIT_MODULE, forked_argv, module_file, swap_program
+from islab.plan.torchrun import forked_argv, module_file, swap_program
 from islab.preflight.report import FIELDS_VARIABLE
 from islab.spec.run_spec import RunSpec
 
 PROBE_MODULE = "islab.preflight.probe"
-__all__ = ["FORKED_RANKS", "QUICK_EXIT_MODULE", "probe_plan", "wants_preflight"]
 DEFAULT_PREFLIGHT_TIMEOUT_S = 60
 # The probe's hard wall-clock limit is its timeout plus this: every probe process is killed then.
 KILL_AFTER_S = 5
@@ -68,6 +67,7 @@ def probe_file() -> str:
 
 
 def probe_args(spec: RunSpec, run_dir: str, timeout_s: int) -> tuple[str, ...]:
+    """The probe's options (after its file, or ``-m islab.preflight.probe`` for skrl-JAX's ranks)."""
     return ("--run-dir", run_dir, "--device", spec.device, "--timeout", str(timeout_s))
 
 
