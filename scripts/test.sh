@@ -6,19 +6,24 @@
 #          and the rsl_rl adapter, resume and fused-sync tests, so rsl-rl-lib 5.4.2 is tested too. In
 #          this job a missing mjlab fails the mjlab tests instead of skipping them (ISLAB_TEST_JOB=mjlab).
 # ISLAB_TEST_JOB=main or ISLAB_TEST_JOB=mjlab runs one job. Arguments go to pytest in both jobs.
+# Each job runs its tests on ISLAB_TEST_WORKERS pytest-xdist workers (default 2; 0: in this process):
+# most slow tests wait as much as they compute (process starts, rendezvous, daemons, Ray), so two at
+# a time fill a 2-core machine. Tests that share a machine-wide resource (the SLURM cluster, Ray) are
+# marked xdist_group and run on one worker (docs/TESTING.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 job=${ISLAB_TEST_JOB:-all}
+workers=(-n "${ISLAB_TEST_WORKERS:-2}" --dist loadgroup)
 status=0
 if [ "$job" = all ] || [ "$job" = main ]; then
     bash scripts/setup.sh
-    ISLAB_TEST_JOB=main .venv/bin/python -m pytest "$@" || status=$?
+    ISLAB_TEST_JOB=main .venv/bin/python -m pytest "${workers[@]}" "$@" || status=$?
 fi
 if [ "$job" = all ] || [ "$job" = mjlab ]; then
     ISLAB_EXTRAS=mjlab bash scripts/setup.sh
     # Warp compiles mjlab's kernels once per job (Go1: ~25 s on CPU), then reads them from here.
     ISLAB_TEST_JOB=mjlab WARP_CACHE_PATH=${WARP_CACHE_PATH:-$PWD/.venv-mjlab/warp-cache} \
-        .venv-mjlab/bin/python -m pytest "$@" tests/tasks/test_mjlab.py tests/run/test_entrypoint.py tests/libs/test_lib_rsl_rl.py tests/worker/test_resume.py \
+        .venv-mjlab/bin/python -m pytest "${workers[@]}" "$@" tests/tasks/test_mjlab.py tests/run/test_entrypoint.py tests/libs/test_lib_rsl_rl.py tests/worker/test_resume.py \
         tests/libs/test_fused_sync.py \
         -k "mjlab or rsl_rl" || status=$?
 fi

@@ -69,6 +69,13 @@ def one_rank_run(tmp_path_factory):
     return get
 
 
+def pytest_collection_modifyitems(config, items):
+    """Slow tests first (a stable sort: each group keeps its order). Under pytest-xdist
+    (scripts/test.sh runs two workers) the minutes-long launches then start while the fast tests fill
+    the gaps, instead of one of them arriving last and running alone on a finished suite."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def pytest_runtest_setup(item):
     """``@pytest.mark.needs("jax", ...)``: skip without those modules -- fail under CI=true."""
     from prerequisites import require_modules

@@ -26,7 +26,8 @@ from islab.resolve import slurm
 from islab.resolve.resolve import Source, resolve_spec
 from islab.spec.issues import SpecError
 
-pytestmark = pytest.mark.usefixtures("clean_environment")
+# One SLURM cluster on the machine at a time: under pytest-xdist these tests share one worker.
+pytestmark = [pytest.mark.usefixtures("clean_environment"), pytest.mark.xdist_group("slurm")]
 
 
 def srun_environ(**extra: str) -> dict[str, str]:

@@ -44,7 +44,7 @@ from netns import Node, alive, collect_tree, kill_all, namespace_pids, two_nodes
 from paths import SRC
 from prerequisites import AS_ROOT_IN_CI
 
-pytestmark = [pytest.mark.slow, pytest.mark.needs("ray", "optuna", "psutil")]
+pytestmark = [pytest.mark.slow, pytest.mark.needs("ray", "optuna", "psutil"), pytest.mark.xdist_group("ray")]
 
 RAY = str(Path(sys.executable).parent / "ray")
 GCS_PORT = 6379  # each namespace has its own ports
