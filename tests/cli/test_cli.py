@@ -705,3 +705,36 @@ def test_a_run_directory_holding_another_run_is_not_trained_into_again(islab, tm
     write_summary(run_dir, {"iterations": 3})  # ... until it ended
     assert taken(**node1)[1] is not None
     assert taken(**node1, run_name="again")[1] is None
+
+
+def test_a_new_run_of_one_node_claims_its_directory_and_the_nodes_of_a_job_share_theirs(tmp_path):
+    """Issue 30 item 1: a new one-node run creates its directory itself, and a second launch that
+    planned the same name (the same second) gets ``<name>-2``; the nodes of a multi-node job, a
+    scheduler's job and ``--resume`` join the directory they agree on by name, already there or not
+    (on a shared file system another node may have made it first)."""
+    from datetime import datetime
+
+    from islab.cli.launch_checks import claim_run_dir
+    from islab.plan.plan import build_plan
+    from islab.resolve.resolve import Provided, resolve_spec
+    from islab.rundir import latest_checkpoint
+
+    def planned(**values):
+        layer = {"device": "cpu", "log_dir": str(tmp_path / "logs"), **values}
+        spec = resolve_spec({name: Provided(value, f"--{name}") for name, value in layer.items()}).spec
+        return spec, build_plan(spec, now=datetime(2026, 1, 1, 12), free_port=29999)
+
+    spec, plan = planned()
+    assert claim_run_dir(spec, plan, None) == plan.run_dir and Path(plan.run_dir).is_dir()
+    assert claim_run_dir(spec, plan, None) == f"{plan.run_dir}-2"  # the second launch of that second
+    latest_checkpoint(plan.run_dir).parent.mkdir()
+    latest_checkpoint(plan.run_dir).write_bytes(b"")
+    assert claim_run_dir(*planned(resume=plan.run_dir), None) is None  # continuing it
+    assert claim_run_dir(spec, plan, "slurm-77") is None  # a requeue finds its job's directory
+    shared = []
+    for node_rank in (1, 0):  # node 1 first: it made the directory on the shared file system
+        spec, plan = planned(nnodes=2, node_rank=node_rank, **{"rendezvous.master_addr": "127.0.0.1"})
+        Path(plan.run_dir).mkdir(parents=True, exist_ok=True)
+        assert claim_run_dir(spec, plan, None) is None, node_rank
+        shared.append(plan.run_dir)
+    assert shared[0] == shared[1] and not Path(f"{shared[0]}-2").exists()

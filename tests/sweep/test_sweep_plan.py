@@ -236,6 +236,24 @@ def test_without_the_sweep_extra_it_names_the_extra_and_exits_2(in_tmp, islab, m
     assert code == 0, err
 
 
+def test_two_sweeps_of_one_file_in_the_same_second_get_a_directory_each(in_tmp):
+    """Issue 30 item 1: the sweep directory is named to the second; a second sweep that planned the
+    same one claims ``<name>-2``, and its trials' run directories move with it."""
+    from islab.sweep.command import claim_sweep_dir
+    from islab.sweep.load import load_sweep
+    from islab.sweep.trials import build_plan
+
+    loaded = load_sweep(write_sweep(in_tmp))
+    planned = build_plan(loaded.spec, sweep_dir=str(in_tmp / "logs" / "sweeps" / "s" / "2026-01-01_12-00-00"),
+                         python=sys.executable, device="cpu", nproc_per_node=1, cluster_file=None)  # fmt: skip
+    first, second = claim_sweep_dir(loaded, planned), claim_sweep_dir(loaded, planned)
+    assert first.sweep_dir == planned.sweep_dir and second.sweep_dir == f"{planned.sweep_dir}-2"
+    for plan in (first, second):
+        assert Path(plan.sweep_dir).is_dir()
+        assert all(Path(trial.log_dir).is_relative_to(plan.sweep_dir) for trial in plan.trials)
+        assert all(plan.sweep_dir + "/" in " ".join(trial.argv) for trial in plan.trials)
+
+
 def test_resume_of_a_directory_that_is_no_sweep_exits_2(in_tmp, islab):
     code, _out, err = islab("sweep", "--resume", str(in_tmp))
     assert code == 2 and "--resume" in err and "sweep-state.json" in err, err

@@ -29,6 +29,7 @@ import typer
 
 from islab.cli.launch_checks import (
     PreflightOptions,
+    claim_run_dir,
     doctor_checks,
     preflight_options,
     run_collective_check,
@@ -285,12 +286,18 @@ def fail(exc: SpecError, code: int = 2) -> NoReturn:
 # ----------------------------------------------------------------------------------------------
 
 
-def plan_for(resolved: ResolvedSpec, checks: PreflightOptions) -> LaunchPlan:
-    """The spec's plan, with the NCCL settings the launch adds (flight recorder, --nccl-safe), or exit 2."""
+def plan_for(
+    resolved: ResolvedSpec, checks: PreflightOptions, *, now: datetime | None = None, free_port: int | None = None,
+    run_dir: str | None = None,
+) -> LaunchPlan:  # fmt: skip
+    """The spec's plan, with the NCCL settings the launch adds (flight recorder, --nccl-safe), or exit 2.
+    ``now`` and ``free_port`` default to the clock and a probed port; a plan made again for the
+    directory this launch claimed (``run_dir``) passes the first plan's."""
+    now = now or datetime.now()
+    free_port = free_port or find_free_port()
     try:
-        plan = planner.build_plan(resolved.spec, now=datetime.now(), free_port=find_free_port(),
-                                  job_leaf=run_leaf_of(resolved),
-                                  to_target=planner.resumes_to_target(resolved))  # fmt: skip
+        plan = planner.build_plan(resolved.spec, now=now, free_port=free_port, job_leaf=run_leaf_of(resolved),
+                                  to_target=planner.resumes_to_target(resolved), run_dir=run_dir)  # fmt: skip
     except SpecError as exc:
         fail(exc)
     return with_nccl_settings(plan, resolved.spec, safe=checks.nccl_safe, inherited=os.environ)
@@ -301,7 +308,8 @@ def _plan_and_go(
     warnings: Sequence[str] = (), checks: PreflightOptions = NO_CHECK_OPTIONS,
 ) -> None:  # fmt: skip
     spec = resolved.spec
-    plan = plan_for(resolved, checks)
+    now, free_port = datetime.now(), find_free_port()
+    plan = plan_for(resolved, checks, now=now, free_port=free_port)
 
     # The ranks get the spec's env on top of ours: count the GPUs they will see.
     visible_gpus = visible_gpu_count({**os.environ, **spec.env}) if spec.device == "cuda" else 0
@@ -334,6 +342,9 @@ def _plan_and_go(
     if spec.rendezvous.backend == "c10d" and spec.nnodes > 1 and plan.rendezvous_address:
         local_addr = local_address_towards(*split_host_port(plan.rendezvous_address))
         plan = with_c10d_node_facts(plan, node_rank, hosts_store=hosts_store, local_addr=local_addr)
+    claimed = claim_run_dir(spec, plan, run_leaf_of(resolved))
+    if claimed is not None and claimed != plan.run_dir:  # another launch took the name this second
+        plan = plan_for(resolved, checks, now=now, free_port=free_port, run_dir=claimed)
 
     record = {
         "spec": spec.to_plain(),

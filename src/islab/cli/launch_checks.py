@@ -3,7 +3,7 @@
 Three checks, cheapest first, each refusing with a message that names the fix:
 
 * :func:`run_dir_taken` -- the run directory already holds another run (its checkpoints would be
-  overwritten);
+  overwritten); a new run of one node claims a directory of its own instead (:func:`claim_run_dir`);
 * :func:`doctor_checks` -- the doctor's cheap checks of this node (addresses, ports, interfaces,
   versions): errors stop the launch with exit 2, warnings print;
 * :func:`run_collective_check` -- the pre-flight: the job's own plan with a short probe as every
@@ -32,7 +32,7 @@ from islab.plan.preflight import DEFAULT_PREFLIGHT_TIMEOUT_S, probe_plan
 from islab.preflight.prediction import predict, prediction_line
 from islab.preflight.report import PREDICTION_KEY, write_report
 from islab.run.preflight import PreflightOutcome, run_preflight
-from islab.rundir import continued_run_dir, latest_checkpoint, read_heartbeats, summary_path
+from islab.rundir import claim_new_dir, continued_run_dir, latest_checkpoint, read_heartbeats, summary_path
 from islab.spec.agent_config import load_agent_config
 from islab.spec.issues import Issue, SpecError
 from islab.spec.run_spec import RunSpec
@@ -125,6 +125,17 @@ def run_dir_taken(spec: RunSpec, plan: LaunchPlan, job_leaf: str | None, *, now:
         "multi-node launches name the same directory)",
         f"Pass --run-name NAME for a directory of its own, or --resume {run_dir} to continue that run",
     )
+
+
+def claim_run_dir(spec: RunSpec, plan: LaunchPlan, job_leaf: str | None) -> str | None:
+    """The directory a new run of one node trains in, created by this launch alone
+    (:func:`islab.rundir.claim_new_dir`): the planned one, or ``<planned>-2`` ... when another launch
+    made it first (two identical launches in the same second). None where the directory is joined,
+    not claimed -- ``--resume`` of a run directory, a scheduler's job (``slurm-<id>``, ``k8s-<name>``),
+    several nodes (each plans the same name from what they share; :func:`run_dir_taken` guards it)."""
+    if plan.run_dir == continued_run_dir(spec.resume) or job_leaf is not None or spec.nnodes > 1:
+        return None
+    return str(claim_new_dir(plan.run_dir))
 
 
 def doctor_checks(spec: RunSpec, plan: LaunchPlan, visible_gpus: int) -> bool:

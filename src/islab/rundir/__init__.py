@@ -31,12 +31,14 @@ resumes) plus ``"losses": {name: value}`` where the library gives them cheaply.
 
 The package is split by concept: :mod:`~islab.rundir.layout` (names and paths),
 :mod:`~islab.rundir.interpret` (what a path a user gives means), :mod:`~islab.rundir.progress`
-(``progress.jsonl``) and :mod:`~islab.rundir.records` (every other record). Its API is the names
-imported here: ``from islab import rundir; rundir.latest_checkpoint(run)``.
+(``progress.jsonl``), :mod:`~islab.rundir.records` (every other record) and
+:mod:`~islab.rundir.claim` (a new directory, claimed atomically). Its API is the names imported
+here: ``from islab import rundir; rundir.latest_checkpoint(run)``.
 """
 
 from __future__ import annotations
 
+from islab.rundir.claim import claim_new_dir
 from islab.rundir.interpret import (
     RESUME_FORMS,
     best_checkpoint,
@@ -135,6 +137,7 @@ __all__ = [
     "best_checkpoint",
     "checkpoint_dir",
     "chosen_checkpoint",
+    "claim_new_dir",
     "continued_run_dir",
     "curves_path",
     "digest_divergence",
