@@ -707,6 +707,30 @@ def test_a_run_directory_holding_another_run_is_not_trained_into_again(islab, tm
     assert taken(**node1, run_name="again")[1] is None
 
 
+def _file_digests(root: Path) -> dict[str, str]:
+    import hashlib
+
+    return {str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(root.rglob("*")) if path.is_file()}  # fmt: skip
+
+
+@pytest.mark.slow  # the session's one 1-rank rsl_rl run (trained here when no other test did)
+def test_resume_of_a_run_at_its_target_starts_nothing_and_leaves_the_run_as_it_was(islab, tmp_path, one_rank_run):
+    """Issue 30 item 2: ``--resume RUN`` alone, of a run that trained to its target, used to start
+    the ranks, train nothing and overwrite summary.json with 0 iterations. It says so, names the
+    command that trains further, exits 0, and no file of the run changes."""
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(one_rank_run("rsl_rl"), run_dir)  # copy2: the files' times too
+    before = _file_digests(run_dir)
+    code, out, err = islab("--resume", str(run_dir))
+    assert code == 0 and out == "", err
+    assert f"{run_dir} already reached its target (iteration 2 of 2); nothing was started" in err, err
+    assert f"islab-train --resume {run_dir} --max-iterations M (M more iterations)" in err
+    assert _file_digests(run_dir) == before
+
+
 def test_a_new_run_of_one_node_claims_its_directory_and_the_nodes_of_a_job_share_theirs(tmp_path):
     """Issue 30 item 1: a new one-node run creates its directory itself, and a second launch that
     planned the same name (the same second) gets ``<name>-2``; the nodes of a multi-node job, a

@@ -31,6 +31,7 @@ from islab.cli.launch_checks import (
     PreflightOptions,
     claim_run_dir,
     doctor_checks,
+    nothing_to_train,
     preflight_options,
     run_collective_check,
     run_dir_taken,
@@ -327,6 +328,10 @@ def _plan_and_go(
         print(format_json(plan) if json_output else format_text(plan, resolved))
         raise typer.Exit(0)
 
+    finished = nothing_to_train(spec, plan)
+    if finished is not None:
+        print(finished, file=sys.stderr)
+        raise typer.Exit(0)
     issues = launch_issues(spec, platform=sys.platform, visible_gpus=visible_gpus, environ=os.environ)
     taken = run_dir_taken(spec, plan, run_leaf_of(resolved), now=time.time())
     login = wandb_login_issue({**os.environ, **spec.env}, Path.home()) if spec.logger == "wandb" else None

@@ -1,6 +1,7 @@
 """What a real launch checks before any rank starts, after the plan is made.
 
-Three checks, cheapest first, each refusing with a message that names the fix:
+First, :func:`nothing_to_train`: ``--resume`` of a run that already reached its target starts
+nothing. Then three checks, cheapest first, each refusing with a message that names the fix:
 
 * :func:`run_dir_taken` -- the run directory already holds another run (its checkpoints would be
   overwritten); a new run of one node claims a directory of its own instead (:func:`claim_run_dir`);
@@ -15,6 +16,7 @@ Three checks, cheapest first, each refusing with a message that names the fix:
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -32,7 +34,14 @@ from islab.plan.preflight import DEFAULT_PREFLIGHT_TIMEOUT_S, probe_plan
 from islab.preflight.prediction import predict, prediction_line
 from islab.preflight.report import PREDICTION_KEY, write_report
 from islab.run.preflight import PreflightOutcome, run_preflight
-from islab.rundir import claim_new_dir, continued_run_dir, latest_checkpoint, read_heartbeats, summary_path
+from islab.rundir import (
+    claim_new_dir,
+    continued_run_dir,
+    latest_checkpoint,
+    reached_target,
+    read_heartbeats,
+    summary_path,
+)
 from islab.spec.agent_config import load_agent_config
 from islab.spec.issues import Issue, SpecError
 from islab.spec.run_spec import RunSpec
@@ -124,6 +133,23 @@ def run_dir_taken(spec: RunSpec, plan: LaunchPlan, job_leaf: str | None, *, now:
         f"{run_dir} already holds another run, whose checkpoints this launch would overwrite (identical "
         "multi-node launches name the same directory)",
         f"Pass --run-name NAME for a directory of its own, or --resume {run_dir} to continue that run",
+    )
+
+
+def nothing_to_train(spec: RunSpec, plan: LaunchPlan) -> str | None:
+    """``--resume RUN_DIR`` alone, of a run whose last launch already trained to its target
+    (:func:`islab.rundir.reached_target`): the line that says so and how to train further, and the
+    launch stops there, exit 0 -- starting the ranks would only rewrite the run's records (its
+    ``summary.json`` with 0 iterations) to train nothing."""
+    run_dir = continued_run_dir(spec.resume)
+    reached = reached_target(run_dir) if plan.to_target and run_dir is not None else None
+    if reached is None:
+        return None
+    where = os.path.abspath(str(run_dir))
+    further = shlex.join([PROG, "--resume", where, "--max-iterations", "M"])
+    return (
+        f"{PROG}: {where} already reached its target (iteration {reached[0]} of {reached[1]}); nothing was "
+        f"started and the run is as it was. To train it further: {further} (M more iterations)"
     )
 
 
