@@ -396,8 +396,8 @@ def test_real_worker_crash_names_the_rank(tmp_path):
 @pytest.mark.parametrize(
     ("args", "fault", "cause"),
     [
-        # a user's mistake that passes the pre-launch type check and fails in the library (torch's Adam)
-        (["algorithm.learning_rate=-1"], {}, "ValueError: Invalid learning rate: -1"),
+        # a user's mistake that passes the pre-launch type check and fails in the library (rsl_rl's storage)
+        (["algorithm.num_mini_batches=0"], {}, "ZeroDivisionError: integer division or modulo by zero"),
         # rank 0 raises after its first iteration: the progress shown before the failure stays
         (
             [],
@@ -407,10 +407,11 @@ def test_real_worker_crash_names_the_rank(tmp_path):
     ],
     ids=["bad-override", "raises-mid-training"],
 )
-def test_failing_rank_is_one_line_with_its_log_not_its_traceback(tmp_path, args, fault, cause):
-    """Issue 23 item 13: rank 0's stderr reaches the console, but its traceback becomes one line (the
-    exception and the log holding the rest), no tail of its log is quoted, and the error line names
-    node, rank, exception and log; the log keeps the whole traceback."""
+def test_failing_rank_is_one_line_as_it_happens_then_its_whole_traceback_above_the_error(tmp_path, args, fault, cause):
+    """Issue 23 item 13: rank 0's stderr reaches the console, but a traceback becomes one line as it
+    happens (the exception and the log holding the rest), and the error line names node, rank,
+    exception and log. Issue 30 item 4: above the error line, the failing rank's traceback once,
+    whole (not a tail of its log), and the agent-config override it points at."""
     env = child_env() | fault | {"CUDA_VISIBLE_DEVICES": ""}
     result = subprocess.run(
         [sys.executable, "-m", "islab.cli", "--lib", "rsl_rl", "--device", "cpu", "--nproc", "2", "--num-envs", "16",
@@ -419,8 +420,14 @@ def test_failing_rank_is_one_line_with_its_log_not_its_traceback(tmp_path, args,
     )  # fmt: skip
     assert result.returncode == 1, result.stderr[-3000:]
     console = result.stdout + result.stderr
-    for dump in ("Traceback", 'File "', "last lines of", "last output of", "ChildFailedError", "closing signal"):
+    for dump in ("last lines of", "last output of", "ChildFailedError", "closing signal"):
         assert dump not in console, console
+    assert console.count("Traceback (most recent call last)") == 1, console
+    shown = result.stderr[result.stderr.index("traceback (") :].splitlines()
+    assert shown[1] == "    Traceback (most recent call last):", shown
+    assert any(line.startswith(f"    {cause}") for line in shown), shown
+    override = "  likely cause: the agent-config override algorithm.num_mini_batches=0 (num_mini_batches is in"
+    assert (override in result.stderr) is bool(args), result.stderr
     log = next(tmp_path.glob("rsl_rl/*/*/logs/rank_0.log"))
     assert "Traceback (most recent call last)" in log.read_text() and cause in log.read_text()  # kept
     [note] = [line for line in result.stderr.splitlines() if line.startswith("[rank 0] ") and cause in line]

@@ -321,6 +321,7 @@ def build_plan(
         events_not_before=now.timestamp() - 1 if spec.entrypoint is not None else None,
         hang_timeout_s=hang_timeout_of(spec),
         forked_ranks=launcher == torchrun.NAME and spec.entrypoint is None and spec.device == "cpu",
+        overrides=tuple(spec.overrides),
     )
 
 
