@@ -196,6 +196,31 @@ def test_preflight_off_skips_it_and_only_checks_without_training(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("when", ["launch.yaml", "preflight/rank_1.log"], ids=["as-it-starts", "while-probing"])
+def test_ctrl_c_during_the_preflight_leaves_no_half_run_directory(tmp_path, when):
+    """Issue 30 item 5: Ctrl-C during the pre-flight used to leave a run directory holding only
+    launch.yaml and an empty preflight/, which a later --resume or a listing took for a run. The
+    launch stops (130) and removes the directory it had just made: Ctrl-C as the probe starts (once
+    launch.yaml is written) and while its ranks run (their logs exist)."""
+    import signal
+    import time
+
+    argv = [*ISLAB_TRAIN, "--device", "cpu", "--nproc", "2", "--num-envs", "16", "--log-dir", str(tmp_path / "logs")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ISLAB_") and not k.endswith("_SOCKET_IFNAME")}
+    launch = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                              cwd=tmp_path, start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not list((tmp_path / "logs").glob(f"*/*/*/{when}")):
+        assert launch.poll() is None and time.monotonic() < deadline, launch.communicate()
+        time.sleep(0.05)
+    os.killpg(launch.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the foreground group
+    _out, err = launch.communicate(timeout=120)
+    assert launch.returncode == 130, err[-3000:]
+    assert "islab-train: nothing was trained; removed the new run directory" in err, err[-3000:]
+    assert list((tmp_path / "logs").glob("*/*/*")) == [] and "islab-train: starting" not in err
+
+
+@pytest.mark.slow
 @pytest.mark.needs("jax")
 def test_a_skrl_jax_job_is_checked_with_its_own_ranks(tmp_path):
     """skrl-JAX: islab-train starts the JAX ranks itself; the probe joins jax.distributed and sums."""

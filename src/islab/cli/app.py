@@ -32,8 +32,8 @@ from islab.cli.launch_checks import (
     claim_run_dir,
     doctor_checks,
     nothing_to_train,
+    preflight_before_training,
     preflight_options,
-    run_collective_check,
     run_dir_taken,
 )
 from islab.cli.options import BY_NAME, OPTIONS, PROG, signature
@@ -363,9 +363,9 @@ def _plan_and_go(
     }
     write_launch_record(plan.run_dir, record)
     if wants_preflight(spec, checks.mode):
-        outcome = run_collective_check(spec, plan, node_rank, checks.timeout_s)
-        if not outcome.ok or checks.mode == "only":
-            raise typer.Exit(outcome.status)
+        status = preflight_before_training(spec, plan, node_rank, checks, claimed=claimed is not None)
+        if status is not None:
+            raise typer.Exit(status)
     elif checks.mode == "only":
         print("islab-train: --preflight only: a single rank has no collectives to check", file=sys.stderr)
         raise typer.Exit(0)

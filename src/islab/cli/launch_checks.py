@@ -15,12 +15,16 @@ nothing. Then three checks, cheapest first, each refusing with a message that na
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
+import shutil
+import signal
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -35,6 +39,7 @@ from islab.preflight.prediction import predict, prediction_line
 from islab.preflight.report import PREDICTION_KEY, write_report
 from islab.run.preflight import PreflightOutcome, run_preflight
 from islab.rundir import (
+    PREFLIGHT_DIR,
     claim_new_dir,
     continued_run_dir,
     latest_checkpoint,
@@ -86,6 +91,22 @@ def run_collective_check(spec: RunSpec, plan: LaunchPlan, node_rank: int, timeou
         print(prediction_line(predicted), file=sys.stderr, flush=True)
         outcome = replace(outcome, report=report)
     return outcome
+
+
+def preflight_before_training(
+    spec: RunSpec, plan: LaunchPlan, node_rank: int, checks: PreflightOptions, *, claimed: bool
+) -> int | None:
+    """This node's pre-flight before training: None to go on and train, else the exit status -- it
+    failed, ``--preflight only``, or it was stopped (Ctrl-C), and then the new run directory this
+    launch ``claimed`` is removed (:func:`discard_untrained`)."""
+    try:
+        outcome = run_collective_check(spec, plan, node_rank, checks.timeout_s)
+    except KeyboardInterrupt:  # before the probe's processes (and the loop that forwards signals) were up
+        print(f"{PROG}: stopped by SIGINT during the pre-flight", file=sys.stderr)
+        outcome = PreflightOutcome(128 + signal.SIGINT, None, "", 0.0)
+    if outcome.status > 128:  # stopped by a signal
+        print(discard_untrained(plan.run_dir, claimed=claimed), file=sys.stderr)
+    return None if outcome.ok and checks.mode != "only" else outcome.status
 
 
 def sync_work_of(spec: RunSpec, environ: Mapping[str, str]) -> SyncWork | None:
@@ -162,6 +183,21 @@ def claim_run_dir(spec: RunSpec, plan: LaunchPlan, job_leaf: str | None) -> str 
     if plan.run_dir == continued_run_dir(spec.resume) or job_leaf is not None or spec.nnodes > 1:
         return None
     return str(claim_new_dir(plan.run_dir))
+
+
+def discard_untrained(run_dir: str, *, claimed: bool) -> str:
+    """A launch stopped before its ranks started (Ctrl-C during the pre-flight) leaves no half run
+    directory behind for a later ``--resume`` or a listing to trip over: the directory it claimed
+    holds only its ``launch.yaml`` and the probe's logs, and is removed. A directory it joined
+    (``--resume``, a multi-node or scheduler job's) is another run's, or another node's: only an
+    empty ``preflight/`` folder goes. Returns the line that says what happened."""
+    where = os.path.abspath(run_dir)
+    if claimed:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return f"{PROG}: nothing was trained; removed the new run directory {where}"
+    with contextlib.suppress(OSError):
+        Path(run_dir, PREFLIGHT_DIR).rmdir()  # only when empty
+    return f"{PROG}: nothing was trained; {where} keeps what earlier launches left in it"
 
 
 def doctor_checks(spec: RunSpec, plan: LaunchPlan, visible_gpus: int) -> bool:
