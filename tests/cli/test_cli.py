@@ -208,6 +208,11 @@ def test_help_is_grouped_with_examples(islab):
         (["--gpus", "2", "--nproc", "2"], ["--gpus", "Give only one"]),
         (["novalue"], ["is not key=value"]),
         (["doctr"], ["command 'doctr'", "did you mean 'doctor'?"]),
+        (["hlep"], ["command 'hlep'", "did you mean 'help'?"]),  # issue 30 item 6: help-like words
+        (["-help"], ["command '-help'", "run 'islab-train --help'"]),
+        (["usage"], ["command 'usage'", "run 'islab-train --help'"]),
+        (["version"], ["command 'version'", "did you mean 'islab-train --version'?"]),
+        (["verison"], ["did you mean '--version'?"]),
         (
             ["--task-module", "no_such_tasks_mod"],
             ["task_module", "not installed and not in the working directory"],
@@ -227,6 +232,28 @@ def test_usage_errors(islab, args, fragments):
 def test_play_and_export_without_a_run_directory_say_it_is_missing(islab, command):
     err = assert_usage_error(islab(command), "RUN_DIR: the run directory is missing", f"islab-train {command} logs/")
     assert len(err.strip().splitlines()) == 1
+
+
+def test_version_is_one_line_with_torchs_and_the_libraries_versions(islab):
+    """Issue 30 item 6: ``--version`` / ``-V`` (also after other options): name, version, Python,
+    torch and every library's version on one line, read from the installed metadata."""
+    import importlib.metadata
+    import platform
+
+    from islab import __version__
+
+    for args in (["--version"], ["-V"], ["--lib", "rsl_rl", "-V"]):
+        code, out, err = islab(*args)
+        assert code == 0 and err == "" and out.count("\n") == 1, (args, out, err)
+        assert out.startswith(f"islab-train {__version__} (Python {platform.python_version()}; "), out
+        for name in ("torch", "rsl-rl-lib", "rl-games", "skrl"):
+            assert f"{name} {importlib.metadata.version(name)}" in out, (name, out)
+
+
+def test_help_as_a_word_is_help(islab):
+    """Issue 30 item 6: ``islab-train help`` is ``--help``; ``help COMMAND`` is ``COMMAND --help``."""
+    assert islab("help") == islab("--help") and "Usage: islab-train [OPTIONS]" in islab("help")[1]
+    assert islab("help", "doctor") == islab("doctor", "--help") and "islab-train doctor" in islab("help", "doctor")[1]
 
 
 def test_help_lists_every_subcommand(islab):

@@ -106,7 +106,8 @@ EPILOG = f"""\
   [dim]# which tasks exist, and for which libraries[/dim]
   islab-train tasks
 
-Commands: islab-train {" | ".join(SUBCOMMANDS)} (each has --help).
+Commands: islab-train {" | ".join(SUBCOMMANDS)} (each has --help; islab-train help COMMAND too).
+Version: islab-train --version (-V), with torch's and the libraries'.
 Precedence: command line > SLURM / Kubernetes allocation (--slurm, --k8s) > ISLAB_* environment
 > --cluster YAML > defaults.
 Exit codes: 0 ok / dry run, 2 bad spec (nothing started), else the training's status
