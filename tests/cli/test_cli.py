@@ -250,6 +250,18 @@ def test_version_is_one_line_with_torchs_and_the_libraries_versions(islab):
             assert f"{name} {importlib.metadata.version(name)}" in out, (name, out)
 
 
+def test_a_plain_launch_on_a_machine_without_gpus_says_cuda_is_the_default(islab, clean_environment, tmp_path):
+    """Issue 30 item 8: a bare ``islab-train`` said "cuda was asked for" though nothing was asked. It
+    says cuda is the default and gives the CPU spelling; an explicit --device cuda keeps its words."""
+    code, out, err = islab("--log-dir", str(tmp_path))
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith("error: device: cuda is the default device (no --device or --gpus was given)"), err
+    assert "give --device cpu --nproc N" in err and "asked for" not in err
+    code, _out, err = islab("--device", "cuda", "--log-dir", str(tmp_path))
+    assert code == 2 and "cuda was asked for" in err, err
+    assert list(tmp_path.iterdir()) == []  # nothing launched, no run directory
+
+
 def test_help_as_a_word_is_help(islab):
     """Issue 30 item 6: ``islab-train help`` is ``--help``; ``help COMMAND`` is ``COMMAND --help``."""
     assert islab("help") == islab("--help") and "Usage: islab-train [OPTIONS]" in islab("help")[1]

@@ -333,7 +333,10 @@ def _plan_and_go(
     if finished is not None:
         print(finished, file=sys.stderr)
         raise typer.Exit(0)
-    issues = launch_issues(spec, platform=sys.platform, visible_gpus=visible_gpus, environ=os.environ)
+    defaulted = resolved.sources.get("device", Source.DEFAULT) == Source.DEFAULT  # nothing chose cuda
+    issues = launch_issues(
+        spec, platform=sys.platform, visible_gpus=visible_gpus, environ=os.environ, device_defaulted=defaulted
+    )
     taken = run_dir_taken(spec, plan, run_leaf_of(resolved), now=time.time())
     login = wandb_login_issue({**os.environ, **spec.env}, Path.home()) if spec.logger == "wandb" else None
     refused = [*issues, *(issue for issue in (taken, login) if issue is not None)]
