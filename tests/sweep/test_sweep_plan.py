@@ -230,7 +230,7 @@ def test_without_the_sweep_extra_it_names_the_extra_and_exits_2(in_tmp, islab, m
     monkeypatch.setitem(sys.modules, "ray", None)  # find_spec reports it missing
     code, _out, err = islab("sweep", str(write_sweep(in_tmp)))
     assert code == 2
-    assert "[sweep]" in err and "islab-train[sweep]" in err, err
+    assert "[sweep]" in err and '-e ".[sweep]"' in err, err
     assert not (in_tmp / "logs").exists()
     code, _out, err = islab("sweep", str(write_sweep(in_tmp)), "--dry-run")  # the dry run needs no Ray
     assert code == 0, err
