@@ -142,27 +142,20 @@ def _prepare(
                 )
             ) from None
         loaded = load_sweep(resume / SWEEP_COPY, name=state["name"], cluster_file=state["cluster_file"])
-        plan = build_plan(
-            loaded.spec,
-            sweep_dir=str(resume.absolute()),
-            python=state["python"],
-            device=loaded.base.device,
-            nproc_per_node=loaded.base.nproc_per_node,
-            cluster_file=loaded.cluster_file,
-        )
-        return loaded, plan, state["cwd"]
+        return loaded, plan_of(loaded, str(resume.absolute()), state["python"]), state["cwd"]
     assert sweep_file is not None
     loaded = load_sweep(sweep_file)
     stamp = datetime.now().strftime(RUN_DIR_TIME_FORMAT)
     sweep_dir = str(Path(sweep_dir_for(loaded.spec, loaded.name, stamp)).absolute())
-    return loaded, _new_plan(loaded, sweep_dir), os.getcwd()
+    return loaded, plan_of(loaded, sweep_dir, sys.executable), os.getcwd()
 
 
-def _new_plan(loaded: LoadedSweep, sweep_dir: str) -> SweepPlan:
+def plan_of(loaded: LoadedSweep, sweep_dir: str, python: str) -> SweepPlan:
+    """Every trial of a checked sweep, in ``sweep_dir``, run by ``python``."""
     return build_plan(
         loaded.spec,
         sweep_dir=sweep_dir,
-        python=sys.executable,
+        python=python,
         device=loaded.base.device,
         nproc_per_node=loaded.base.nproc_per_node,
         cluster_file=loaded.cluster_file,
@@ -170,11 +163,11 @@ def _new_plan(loaded: LoadedSweep, sweep_dir: str) -> SweepPlan:
 
 
 def claim_sweep_dir(loaded: LoadedSweep, plan: SweepPlan) -> SweepPlan:
-    """The plan in a sweep directory this sweep created alone (:func:`islab.rundir.claim_new_dir`):
+    """The plan in a sweep directory this new sweep created alone (:func:`islab.rundir.claim_new_dir`):
     two sweeps of one file started in the same second would otherwise share it, and their trials'
     run directories with it."""
     claimed = str(claim_new_dir(plan.sweep_dir))
-    return plan if claimed == plan.sweep_dir else _new_plan(loaded, claimed)
+    return plan if claimed == plan.sweep_dir else plan_of(loaded, claimed, sys.executable)
 
 
 def _write_state(loaded: LoadedSweep, plan: SweepPlan, cwd: str, sweep_file: Path | None) -> None:
