@@ -221,6 +221,23 @@ def test_ctrl_c_during_the_preflight_leaves_no_half_run_directory(tmp_path, when
 
 
 @pytest.mark.slow
+def test_a_node_that_never_started_is_named_without_root(tmp_path):
+    """Issue 30: without root (no network namespaces) a missing node was checked only by accident.
+    Two torchrun nodes on localhost, a static rendezvous at 127.0.0.1, node 1 never started: node 0's
+    pre-flight names it, with its rank and the fix, within the timeout, and trains nothing."""
+    from ports import port_for_a_child
+
+    port = port_for_a_child()
+    result = _launch(tmp_path, "--nnodes", "2", "--nproc", "1", "--node-rank", "0", "--master-addr", "127.0.0.1",
+                     "--master-port", str(port), "--max-iterations", "1", "--preflight-timeout", "5")  # fmt: skip
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "error: pre-flight failed on node 0" in result.stderr, result.stderr[-3000:]
+    assert f"node 1 (rank 1) never arrived at 127.0.0.1:{port} within 5 s" in result.stderr
+    assert "--node-rank 1 on that node" in result.stderr  # the fix
+    assert "islab-train: starting" not in result.stderr and not summary_path(_run_dir(tmp_path)).exists()
+
+
+@pytest.mark.slow
 @pytest.mark.needs("jax")
 def test_a_skrl_jax_job_is_checked_with_its_own_ranks(tmp_path):
     """skrl-JAX: islab-train starts the JAX ranks itself; the probe joins jax.distributed and sums."""
