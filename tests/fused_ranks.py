@@ -7,7 +7,8 @@ preemption agreement (a collective, unless the library path folds it into one of
 
 Result per rank (``<out>/<mode>/rank_<r>.pt``, weights_only), per library: the policy state, the
 collective calls of each iteration after the first (and the names in the last one), the learning
-rate after each iteration, and whether the adapter took the fused path.
+rate after each iteration, and whether the adapter took the fused path; for rl_games' fused path
+also each minibatch's KL, this rank's own and the reduced one its schedule then reads (``kls``).
 """
 
 from __future__ import annotations
@@ -54,6 +55,29 @@ def learning_rate(adapter: Any) -> float:
     return float(adapter.agent.optimizer.param_groups[0]["lr"])
 
 
+def record_rl_games_kls(kls: list[tuple[float, float]]) -> None:
+    """Every fused rl_games minibatch appends (this rank's KL, the KL the agent keeps after the
+    all-reduce): the KL enters the reduction beside the gradients, the agent reads it back."""
+    import islab.libs.rl_games_fused as fused
+
+    reduce, step = fused.all_reduce_gradients_and, fused.FusedSyncA2CAgent.trancate_gradients_and_step
+    local: list[float] = []
+
+    def reducing(grads: Any, extras: Any, world_size: int) -> Any:
+        local.append(float(extras[0]))
+        return reduce(grads, extras, world_size)
+
+    def stepping(self: Any) -> Any:
+        fused_now = self._fused_now
+        result = step(self)
+        if fused_now:
+            kls.append((local.pop(), float(self._fused_kl)))
+        return result
+
+    fused.all_reduce_gradients_and = reducing
+    fused.FusedSyncA2CAgent.trancate_gradients_and_step = stepping
+
+
 def track_iterations(adapter: Any, counter: list[int], marks: list[int], rates: list[float]) -> None:
     """At every iteration's report: the collective count so far and the learning rate."""
     report = adapter.report_iteration
@@ -78,6 +102,9 @@ def train_one(ctx: Any, lib: str, run: dict[str, Any], out_dir: Path, counter: l
     torch.set_num_threads(1)
     env = make_env(TASK, run["num_envs"], ctx.device, seed=ctx.seed)
     agent_cfg = load_agent_config(lib, TASK, tuple(run.get("overrides", ())))
+    kls: list[tuple[float, float]] = []
+    if lib == "rl_games":
+        record_rl_games_kls(kls)
     adapter = load_adapter(lib, run.get("framework", "torch"))(ctx, env, agent_cfg, out_dir / lib)
     if run.get("preemption"):
         # What the worker attaches: a checkpointer whose StopRequest the ranks agree on every iteration.
@@ -99,6 +126,7 @@ def train_one(ctx: Any, lib: str, run: dict[str, Any], out_dir: Path, counter: l
         "names": names[marks[-2] : marks[-1]] if len(marks) > 1 else [],
         "rates": rates,
         "fused": bool(adapter.fused_sync),
+        "kls": kls,
     }
 
 

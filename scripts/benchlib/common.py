@@ -228,7 +228,7 @@ def resolve_tasks(values: Sequence[str]) -> tuple[list[str], dict[str, str]]:
     for name in names:
         extra = missing_extra(name)
         if extra:
-            skipped[name] = f"needs the [{extra}] extra ({extra} is not importable): pip install 'islab-train[{extra}]'"
+            skipped[name] = f'needs the [{extra}] extra ({extra} is not importable): pip install -e ".[{extra}]"'
         else:
             runnable.append(name)
     return runnable, skipped

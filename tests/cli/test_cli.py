@@ -208,6 +208,11 @@ def test_help_is_grouped_with_examples(islab):
         (["--gpus", "2", "--nproc", "2"], ["--gpus", "Give only one"]),
         (["novalue"], ["is not key=value"]),
         (["doctr"], ["command 'doctr'", "did you mean 'doctor'?"]),
+        (["hlep"], ["command 'hlep'", "did you mean 'help'?"]),  # issue 30 item 6: help-like words
+        (["-help"], ["command '-help'", "run 'islab-train --help'"]),
+        (["usage"], ["command 'usage'", "run 'islab-train --help'"]),
+        (["version"], ["command 'version'", "did you mean 'islab-train --version'?"]),
+        (["verison"], ["did you mean '--version'?"]),
         (
             ["--task-module", "no_such_tasks_mod"],
             ["task_module", "not installed and not in the working directory"],
@@ -227,6 +232,40 @@ def test_usage_errors(islab, args, fragments):
 def test_play_and_export_without_a_run_directory_say_it_is_missing(islab, command):
     err = assert_usage_error(islab(command), "RUN_DIR: the run directory is missing", f"islab-train {command} logs/")
     assert len(err.strip().splitlines()) == 1
+
+
+def test_version_is_one_line_with_torchs_and_the_libraries_versions(islab):
+    """Issue 30 item 6: ``--version`` / ``-V`` (also after other options): name, version, Python,
+    torch and every library's version on one line, read from the installed metadata."""
+    import importlib.metadata
+    import platform
+
+    from islab import __version__
+
+    for args in (["--version"], ["-V"], ["--lib", "rsl_rl", "-V"]):
+        code, out, err = islab(*args)
+        assert code == 0 and err == "" and out.count("\n") == 1, (args, out, err)
+        assert out.startswith(f"islab-train {__version__} (Python {platform.python_version()}; "), out
+        for name in ("torch", "rsl-rl-lib", "rl-games", "skrl"):
+            assert f"{name} {importlib.metadata.version(name)}" in out, (name, out)
+
+
+def test_a_plain_launch_on_a_machine_without_gpus_says_cuda_is_the_default(islab, clean_environment, tmp_path):
+    """Issue 30 item 8: a bare ``islab-train`` said "cuda was asked for" though nothing was asked. It
+    says cuda is the default and gives the CPU spelling; an explicit --device cuda keeps its words."""
+    code, out, err = islab("--log-dir", str(tmp_path))
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith("error: device: cuda is the default device (no --device or --gpus was given)"), err
+    assert "give --device cpu --nproc N" in err and "asked for" not in err
+    code, _out, err = islab("--device", "cuda", "--log-dir", str(tmp_path))
+    assert code == 2 and "cuda was asked for" in err, err
+    assert list(tmp_path.iterdir()) == []  # nothing launched, no run directory
+
+
+def test_help_as_a_word_is_help(islab):
+    """Issue 30 item 6: ``islab-train help`` is ``--help``; ``help COMMAND`` is ``COMMAND --help``."""
+    assert islab("help") == islab("--help") and "Usage: islab-train [OPTIONS]" in islab("help")[1]
+    assert islab("help", "doctor") == islab("doctor", "--help") and "islab-train doctor" in islab("help", "doctor")[1]
 
 
 def test_help_lists_every_subcommand(islab):
@@ -396,8 +435,8 @@ def test_real_worker_crash_names_the_rank(tmp_path):
 @pytest.mark.parametrize(
     ("args", "fault", "cause"),
     [
-        # a user's mistake that passes the pre-launch type check and fails in the library (torch's Adam)
-        (["algorithm.learning_rate=-1"], {}, "ValueError: Invalid learning rate: -1"),
+        # a user's mistake that passes the pre-launch type check and fails in the library (rsl_rl's storage)
+        (["algorithm.num_mini_batches=0"], {}, "ZeroDivisionError: integer division or modulo by zero"),
         # rank 0 raises after its first iteration: the progress shown before the failure stays
         (
             [],
@@ -407,10 +446,11 @@ def test_real_worker_crash_names_the_rank(tmp_path):
     ],
     ids=["bad-override", "raises-mid-training"],
 )
-def test_failing_rank_is_one_line_with_its_log_not_its_traceback(tmp_path, args, fault, cause):
-    """Issue 23 item 13: rank 0's stderr reaches the console, but its traceback becomes one line (the
-    exception and the log holding the rest), no tail of its log is quoted, and the error line names
-    node, rank, exception and log; the log keeps the whole traceback."""
+def test_failing_rank_is_one_line_as_it_happens_then_its_whole_traceback_above_the_error(tmp_path, args, fault, cause):
+    """Issue 23 item 13: rank 0's stderr reaches the console, but a traceback becomes one line as it
+    happens (the exception and the log holding the rest), and the error line names node, rank,
+    exception and log. Issue 30 item 4: above the error line, the failing rank's traceback once,
+    whole (not a tail of its log), and the agent-config override it points at."""
     env = child_env() | fault | {"CUDA_VISIBLE_DEVICES": ""}
     result = subprocess.run(
         [sys.executable, "-m", "islab.cli", "--lib", "rsl_rl", "--device", "cpu", "--nproc", "2", "--num-envs", "16",
@@ -419,8 +459,14 @@ def test_failing_rank_is_one_line_with_its_log_not_its_traceback(tmp_path, args,
     )  # fmt: skip
     assert result.returncode == 1, result.stderr[-3000:]
     console = result.stdout + result.stderr
-    for dump in ("Traceback", 'File "', "last lines of", "last output of", "ChildFailedError", "closing signal"):
+    for dump in ("last lines of", "last output of", "ChildFailedError", "closing signal"):
         assert dump not in console, console
+    assert console.count("Traceback (most recent call last)") == 1, console
+    shown = result.stderr[result.stderr.index("traceback (") :].splitlines()
+    assert shown[1] == "    Traceback (most recent call last):", shown
+    assert any(line.startswith(f"    {cause}") for line in shown), shown
+    override = "  likely cause: the agent-config override algorithm.num_mini_batches=0 (num_mini_batches is in"
+    assert (override in result.stderr) is bool(args), result.stderr
     log = next(tmp_path.glob("rsl_rl/*/*/logs/rank_0.log"))
     assert "Traceback (most recent call last)" in log.read_text() and cause in log.read_text()  # kept
     [note] = [line for line in result.stderr.splitlines() if line.startswith("[rank 0] ") and cause in line]
@@ -705,3 +751,60 @@ def test_a_run_directory_holding_another_run_is_not_trained_into_again(islab, tm
     write_summary(run_dir, {"iterations": 3})  # ... until it ended
     assert taken(**node1)[1] is not None
     assert taken(**node1, run_name="again")[1] is None
+
+
+def _file_digests(root: Path) -> dict[str, str]:
+    import hashlib
+
+    return {str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(root.rglob("*")) if path.is_file()}  # fmt: skip
+
+
+@pytest.mark.slow  # the session's one 1-rank rsl_rl run (trained here when no other test did)
+def test_resume_of_a_run_at_its_target_starts_nothing_and_leaves_the_run_as_it_was(islab, tmp_path, one_rank_run):
+    """Issue 30 item 2: ``--resume RUN`` alone, of a run that trained to its target, used to start
+    the ranks, train nothing and overwrite summary.json with 0 iterations. It says so, names the
+    command that trains further, exits 0, and no file of the run changes."""
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(one_rank_run("rsl_rl"), run_dir)  # copy2: the files' times too
+    before = _file_digests(run_dir)
+    code, out, err = islab("--resume", str(run_dir))
+    assert code == 0 and out == "", err
+    assert f"{run_dir} already reached its target (iteration 2 of 2); nothing was started" in err, err
+    assert f"islab-train --resume {run_dir} --max-iterations M (M more iterations)" in err
+    assert _file_digests(run_dir) == before
+
+
+def test_a_new_run_of_one_node_claims_its_directory_and_the_nodes_of_a_job_share_theirs(tmp_path):
+    """Issue 30 item 1: a new one-node run creates its directory itself, and a second launch that
+    planned the same name (the same second) gets ``<name>-2``; the nodes of a multi-node job, a
+    scheduler's job and ``--resume`` join the directory they agree on by name, already there or not
+    (on a shared file system another node may have made it first)."""
+    from datetime import datetime
+
+    from islab.cli.launch_checks import claim_run_dir
+    from islab.plan.plan import build_plan
+    from islab.resolve.resolve import Provided, resolve_spec
+    from islab.rundir import latest_checkpoint
+
+    def planned(**values):
+        layer = {"device": "cpu", "log_dir": str(tmp_path / "logs"), **values}
+        spec = resolve_spec({name: Provided(value, f"--{name}") for name, value in layer.items()}).spec
+        return spec, build_plan(spec, now=datetime(2026, 1, 1, 12), free_port=29999)
+
+    spec, plan = planned()
+    assert claim_run_dir(spec, plan, None) == plan.run_dir and Path(plan.run_dir).is_dir()
+    assert claim_run_dir(spec, plan, None) == f"{plan.run_dir}-2"  # the second launch of that second
+    latest_checkpoint(plan.run_dir).parent.mkdir()
+    latest_checkpoint(plan.run_dir).write_bytes(b"")
+    assert claim_run_dir(*planned(resume=plan.run_dir), None) is None  # continuing it
+    assert claim_run_dir(spec, plan, "slurm-77") is None  # a requeue finds its job's directory
+    shared = []
+    for node_rank in (1, 0):  # node 1 first: it made the directory on the shared file system
+        spec, plan = planned(nnodes=2, node_rank=node_rank, **{"rendezvous.master_addr": "127.0.0.1"})
+        Path(plan.run_dir).mkdir(parents=True, exist_ok=True)
+        assert claim_run_dir(spec, plan, None) is None, node_rank
+        shared.append(plan.run_dir)
+    assert shared[0] == shared[1] and not Path(f"{shared[0]}-2").exists()

@@ -119,7 +119,7 @@ def test_an_mjlab_task_without_mjlab_is_skipped_with_a_note(tmp_path: Path, caps
     bench = load_bench()
     out = tmp_path / "bench.md"  # the env section with only an mjlab task: nothing runs, the report says why
     assert bench.main(["--quick", "--sections", "env", "--tasks", "Mjlab-Cartpole-Balance", "--out", str(out)]) == 0
-    why = "needs the [mjlab] extra (mjlab is not importable): pip install 'islab-train[mjlab]'"
+    why = 'needs the [mjlab] extra (mjlab is not importable): pip install -e ".[mjlab]"'
     assert f"[bench] skip task Mjlab-Cartpole-Balance: {why}" in capsys.readouterr().err
     report = out.read_text()
     assert f"- skipped task Mjlab-Cartpole-Balance: {why}" in report and "- tasks (sections 1-4): none" in report

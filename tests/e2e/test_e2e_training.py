@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -116,6 +118,42 @@ def test_resume_a_run_directory_continues_its_iterations(tmp_path: Path) -> None
     assert (summary["start_iteration"], summary["iteration"], summary["world_size"]) == (3, 5, 2)
     iterations = [json.loads(line)["iteration"] for line in (run_dir / "progress.jsonl").read_text().splitlines()]
     assert iterations == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.slow
+def test_two_identical_launches_in_the_same_second_get_a_run_directory_each(tmp_path: Path) -> None:
+    """Issue 30 item 1: two launches of the same command started together plan the same directory
+    (the launch time, to the second); each must claim its own -- one progress.jsonl per run, one
+    pid per rank log -- instead of both training into one. When the two planned different seconds
+    anyway (they start together, but plan a second or two later), the pair is tried again, started
+    half a second later in the second."""
+    environment = child_env(("ISLAB_", "RANK", "WORLD_SIZE"))
+    for attempt, start_at in enumerate((0.0, 0.5, 0.25)):
+        log_dir = tmp_path / f"attempt{attempt}"
+        command = [*ISLAB_TRAIN, "--lib", "rsl_rl", "--device", "cpu", "--nproc", "1", "--num-envs", "16",
+                   "--max-iterations", "2", "--log-dir", str(log_dir)]  # fmt: skip
+        while abs(time.time() % 1 - start_at) > 0.02:
+            time.sleep(0.005)
+        launches = [
+            subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
+            for _ in range(2)
+        ]
+        results = [(launch.communicate(timeout=600), launch.returncode) for launch in launches]
+        for (out, err), code in results:
+            assert code == 0, out[-2000:] + err[-3000:]
+        run_dirs = [Path(re.search(r"run directory: (\S+)", err).group(1)) for (_, err), _ in results]
+        assert run_dirs[0] != run_dirs[1], f"both launches trained in {run_dirs[0]}"
+        first, second = sorted(run_dirs)
+        if second.name != f"{first.name}-2":
+            continue  # they planned different seconds: no collision to check
+        for run_dir in run_dirs:
+            progress = (run_dir / "progress.jsonl").read_text().splitlines()
+            iterations = [json.loads(line)["iteration"] for line in progress]
+            assert iterations == [1, 2], (run_dir, iterations)
+            pids = re.findall(r"pid=(\d+)", (run_dir / "logs" / "rank_0.log").read_text())
+            assert len(pids) == 1, (run_dir, pids)
+        return
+    pytest.fail("three pairs of launches never planned the same second, so the collision was not tested")
 
 
 @pytest.mark.slow

@@ -107,6 +107,13 @@ def test_fused_sync_matches_stock_for_rl_games_and_skrl(tmp_path: Path) -> None:
         "skrl": {"num_envs": NUM_ENVS, "iterations": 2, "overrides": ["agent.learning_epochs=2"], "preemption": True},
     }  # fmt: skip
     results = both_modes(tmp_path, libs)
+    # Issue 30: the KL rl_games' schedule reads is the ranks' mean, checked directly (an un-averaged
+    # sum was caught only by a 12-iteration learning-rate test): each minibatch, on both ranks
+    kls = [results["fused"][rank]["rl_games"]["kls"] for rank in (0, 1)]
+    assert len(kls[0]) == len(kls[1]) == 2 * 16, kls  # 2 iterations of 16 updates
+    for (own0, reduced0), (own1, reduced1) in zip(*kls, strict=True):
+        assert reduced0 == reduced1 == pytest.approx((own0 + own1) / 2, rel=1e-5), kls
+    assert any(own0 != own1 for (own0, _), (own1, _) in zip(*kls, strict=True)), "equal local KLs: untested"
     games = check_library(results, "rl_games", updates=8 * 2)
     # stock: 3 per update, 1 KL per mini-epoch, 1 per normalizer update (16 obs + 2 value), should_exit,
     # the preemption agreement; fused: 1 per update, the normalizers' all-reduce carrying the

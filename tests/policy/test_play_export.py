@@ -109,7 +109,7 @@ def test_export_without_the_onnx_extra_writes_torchscript(trained_run: Path) -> 
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert "policy.onnx not written: onnx, onnxruntime not installed" in done.stdout
-    assert "islab-train[onnx]" in done.stdout
+    assert 'pip install -c torch-pin.txt -e ".[onnx]"' in done.stdout  # as README installs it
     description = json.loads((exported / "policy.json").read_text())
     assert list(description["files"]) == ["policy.pt"]
     assert list(description["checked"]["max_abs_difference"]) == ["torchscript"]
@@ -176,6 +176,33 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, islab) -> None:
         assert code == 2, args
         assert err.startswith(start) and err.count("\n") == 1, (args, err)
     assert not (run_dir / rundir.EVAL_FILE).exists() and not (run_dir / rundir.EXPORT_DIR).exists()
+
+
+@pytest.mark.slow  # the session's one 1-rank rsl_rl run (trained here when no other test did)
+def test_a_run_stopped_before_its_first_checkpoint_is_told_a_command_that_trains_it_again(
+    tmp_path: Path, islab, one_rank_run
+) -> None:
+    """Issue 30 item 3: play (and export) of a run with no checkpoint used to advise ``--resume
+    RUN_DIR``, which is refused (nothing to resume from). The advice is a command that works: the run's
+    own options (its launch.yaml), here checked as a dry run."""
+    import shlex
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(one_rank_run("rsl_rl"), run_dir)
+    shutil.rmtree(run_dir / rundir.CHECKPOINTS_DIR)  # stopped before the first one
+    for command in ("play", "export"):
+        code, _out, err = islab(command, str(run_dir))
+        assert code == 2 and err.startswith("error: --checkpoint:") and err.count("\n") == 1, err
+        assert "--resume" not in err and "stopped (or is still running) before the first one" in err, err
+    again = err.split("saves every N iterations): ", 1)[1].split(", or pass a checkpoint file")[0]
+    argv = shlex.split(again)
+    assert argv[0] == "islab-train" and "actor.obs_normalization=true" in argv, again
+    code, out, err = islab(*argv[1:], "--dry-run")
+    assert code == 0, err
+    for planned in ("--lib rsl_rl", "--num-envs 64", "--max-iterations 2", "--checkpoint-interval 1",
+                    "actor.obs_normalization=true"):  # fmt: skip
+        assert planned in out, (planned, out)
 
 
 def test_best_is_the_kept_checkpoint_with_the_highest_recorded_return(tmp_path: Path) -> None:

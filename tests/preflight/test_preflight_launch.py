@@ -196,6 +196,48 @@ def test_preflight_off_skips_it_and_only_checks_without_training(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("when", ["launch.yaml", "preflight/rank_1.log"], ids=["as-it-starts", "while-probing"])
+def test_ctrl_c_during_the_preflight_leaves_no_half_run_directory(tmp_path, when):
+    """Issue 30 item 5: Ctrl-C during the pre-flight used to leave a run directory holding only
+    launch.yaml and an empty preflight/, which a later --resume or a listing took for a run. The
+    launch stops (130) and removes the directory it had just made: Ctrl-C as the probe starts (once
+    launch.yaml is written) and while its ranks run (their logs exist)."""
+    import signal
+    import time
+
+    argv = [*ISLAB_TRAIN, "--device", "cpu", "--nproc", "2", "--num-envs", "16", "--log-dir", str(tmp_path / "logs")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ISLAB_") and not k.endswith("_SOCKET_IFNAME")}
+    launch = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                              cwd=tmp_path, start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not list((tmp_path / "logs").glob(f"*/*/*/{when}")):
+        assert launch.poll() is None and time.monotonic() < deadline, launch.communicate()
+        time.sleep(0.05)
+    os.killpg(launch.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the foreground group
+    _out, err = launch.communicate(timeout=120)
+    assert launch.returncode == 130, err[-3000:]
+    assert "islab-train: nothing was trained; removed the new run directory" in err, err[-3000:]
+    assert list((tmp_path / "logs").glob("*/*/*")) == [] and "islab-train: starting" not in err
+
+
+@pytest.mark.slow
+def test_a_node_that_never_started_is_named_without_root(tmp_path):
+    """Issue 30: without root (no network namespaces) a missing node was checked only by accident.
+    Two torchrun nodes on localhost, a static rendezvous at 127.0.0.1, node 1 never started: node 0's
+    pre-flight names it, with its rank and the fix, within the timeout, and trains nothing."""
+    from ports import port_for_a_child
+
+    port = port_for_a_child()
+    result = _launch(tmp_path, "--nnodes", "2", "--nproc", "1", "--node-rank", "0", "--master-addr", "127.0.0.1",
+                     "--master-port", str(port), "--max-iterations", "1", "--preflight-timeout", "5")  # fmt: skip
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "error: pre-flight failed on node 0" in result.stderr, result.stderr[-3000:]
+    assert f"node 1 (rank 1) never arrived at 127.0.0.1:{port} within 5 s" in result.stderr
+    assert "--node-rank 1 on that node" in result.stderr  # the fix
+    assert "islab-train: starting" not in result.stderr and not summary_path(_run_dir(tmp_path)).exists()
+
+
+@pytest.mark.slow
 @pytest.mark.needs("jax")
 def test_a_skrl_jax_job_is_checked_with_its_own_ranks(tmp_path):
     """skrl-JAX: islab-train starts the JAX ranks itself; the probe joins jax.distributed and sums."""

@@ -7,9 +7,12 @@ The rule, for whoever edits README.md:
 - Harmless forms (``--gpus all`` sees two GPUs through CUDA_VISIBLE_DEVICES): training commands
   get ``--dry-run`` (when absent) and must exit 0; ``tasks``
   runs as is; ``sbatch`` writes the script to stdout (a ``> file`` redirect is dropped); ``doctor``
-  gets ``--json`` and may report failing checks (exit 1) but never a usage error (exit 2); ``k8s``
+  runs as written (its output parsed as JSON when the command has ``--json``) and may report
+  failing checks (exit 1) but never a usage error (exit 2); ``k8s``
   prints the manifest (a ``| kubectl apply -f -`` pipe is dropped). docs/KUBERNETES.md's commands
   follow the same rule.
+- Prose that says a command prints JSON ("as JSON" in the lines just above it) is true of the
+  command: it has ``--json``.
 - Not run: templates holding ``...`` or ``<placeholder>``, and commands whose trailing comment
   says ``needs: <setup>`` (an installed example, a module in the working directory, a real run
   directory); the test that builds that setup covers them (tests/tasks/test_task_plugins.py, test_resume.py).
@@ -78,9 +81,10 @@ def test_readme_command_runs(islab, monkeypatch, line, command):
             argv = argv[: argv.index(redirect)]
     sub = argv[0] if argv else ""
     if sub == "doctor":
-        code, out, err = islab(*argv, *([] if "--json" in argv else ["--json"]))
-        assert code in (0, 1), f"{line}: {err}"
-        json.loads(out)
+        code, out, err = islab(*argv)
+        assert code in (0, 1) and out.strip(), f"{line}: {err}"
+        if "--json" in argv:
+            json.loads(out)
         return
     if "all" in argv:  # --gpus all counts the visible GPUs: plan for two on a CPU-only machine
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
@@ -90,6 +94,36 @@ def test_readme_command_runs(islab, monkeypatch, line, command):
     code, out, err = islab(*argv)
     assert code == 0, f"{line}: {command}\n{err}"
     assert out.strip()
+
+
+def test_a_command_said_to_print_json_asks_for_it():
+    """Issue 30 item 10: README said ``doctor --collectives ... --preflight-timeout 30`` printed JSON,
+    which it does only with ``--json`` (the check above added it, so it could not tell)."""
+    lines = README.read_text().splitlines()
+    claimed = [(number, command) for number, command, _ in COMMANDS
+               if any("as JSON" in text for text in lines[max(0, number - 4) : number - 1])]  # fmt: skip
+    assert claimed, "the README no longer says of any command that it prints JSON"
+    for number, command in claimed:
+        assert "--json" in shlex.split(command), f"README.md:{number}: {command}"
+
+
+def test_the_install_section_says_setup_sh_installed_every_extra_it_lists():
+    """Issue 30 item 10: the Install section read as if its extras were still to be installed after
+    the quick start; it says scripts/setup.sh installed them, and each one it lists is in setup.sh's."""
+    install = README.read_text().split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
+    assert "`scripts/setup.sh` has already installed all of this, every extra included" in install
+    listed = set(re.findall(r'-e "\.\[([a-z0-9-]+)\]"', install))
+    setup = re.search(r'install_venv \.venv "([^"]+)"', (REPO / "scripts" / "setup.sh").read_text())
+    assert setup and listed and listed <= set(setup.group(1).split(",")), (listed, setup)
+
+
+def test_the_isaac_lab_section_is_steps():
+    """Issue 30 item 10: the Isaac Lab section was one paragraph; it is numbered steps, from
+    installing into Isaac Sim's Python to following the run, each with its command."""
+    section = README.read_text().split("\n## Use it with Isaac Lab\n", 1)[1].split("\n## ", 1)[0]
+    steps = re.findall(r"^(\d)\. \*\*", section, flags=re.MULTILINE)
+    assert steps == ["1", "2", "3", "4", "5"], steps
+    assert "ISAACSIM_PYTHON_EXE" in section.split("\n2. ", 1)[0]  # step 1: the interpreter
 
 
 def test_quick_start_puts_islab_train_on_path():

@@ -323,3 +323,14 @@ def test_a_script_without_readable_progress_finishes_as_a_success(tmp_path):
     text = out.getvalue()
     assert "finished (every rank exited 0)" in text and str(tmp_path) in text
     assert "no summary.json" not in text and "error" not in text.lower()
+
+
+def test_a_summary_written_without_a_terminal_keeps_every_path_whole():
+    """Issue 30 item 9: without a terminal the summary table was 120 columns wide, so a long run
+    directory folded onto the next line of a CI log. It is as wide as its values; on a terminal it
+    still fits the terminal."""
+    run_dir = "/scratch/" + "/".join(["a-rather-long-folder-name"] * 6) + "/rsl_rl/Task/2026-01-01_12-00-00"
+    out = io.StringIO()
+    display.render_summary([("iterations", "2"), ("run directory", run_dir)], out, tty=False)
+    (line,) = [line for line in out.getvalue().splitlines() if "run directory" in line]
+    assert run_dir in line, out.getvalue()

@@ -105,6 +105,55 @@ def test_failed_ranks_from_logs_finds_tracebacks(tmp_path):
     assert failures.failed_ranks_from_logs(str(tmp_path)) == [1]
 
 
+RANK_LOG = """\
+[islab] rank 0 iteration 1
+Traceback (most recent call last):
+  File "lib.py", line 3, in caught
+ValueError: printed by the library, training went on
+[islab] rank 0 iteration 2
+Traceback (most recent call last):
+  File "storage.py", line 230, in mini_batch_generator
+    mini_batch_size = batch_size // num_mini_batches
+                      ~~~~~~~~~~~^^~~~~~~~~~~~~~~~~~
+ZeroDivisionError: integer division or modulo by zero
+
+During handling of the above exception, another exception occurred:
+
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "runner.py", line 9, in learn
+[rank0]:     raise RuntimeError("update failed")
+[rank0]: RuntimeError: update failed
+[rank0]: see above
+
+"""
+
+
+def test_a_failed_ranks_last_traceback_is_taken_whole_with_what_it_was_raised_from():
+    """Issue 30 item 4: the console shows the failing rank's last exception whole (its chain
+    included, prefixes gone), not a tail of its log nor an earlier traceback the rank survived."""
+    shown = failures.last_traceback(RANK_LOG.splitlines())
+    assert shown[0] == "Traceback (most recent call last):" and shown[2].endswith("batch_size // num_mini_batches")
+    assert "ValueError: printed by the library, training went on" not in shown
+    assert shown[-3:] == ['    raise RuntimeError("update failed")', "RuntimeError: update failed", "see above"]
+    assert failures.last_traceback(["no traceback here"]) == []
+
+
+def test_the_override_a_traceback_points_at_is_named():
+    chained = failures.last_traceback(RANK_LOG.splitlines())
+    assert failures.suspected_overrides(chained, ["algorithm.num_mini_batches=0", "algorithm.gamma=0.9"]) == [
+        "algorithm.num_mini_batches=0"
+    ]  # its name is in the failing line
+    adam = ["Traceback (most recent call last):", '  File "adam.py", line 5', "ValueError: Invalid learning rate: -1"]
+    assert failures.suspected_overrides(adam, ["algorithm.learning_rate=-1"]) == ["algorithm.learning_rate=-1"]
+    assert failures.suspected_overrides(adam, ["optim.lr=-1"]) == ["optim.lr=-1"]  # its value is in the message
+    assert failures.suspected_overrides(adam, ["algorithm.gamma=0", "algorithm.lam=1"]) == []  # lone digits
+    lines = failures.failed_rank_lines(0, "rank_0.log", RANK_LOG.splitlines(), ["algorithm.num_mini_batches=0"],
+                                       shown=False, clueless=False)  # fmt: skip
+    assert lines.startswith("  rank 0's traceback (rank_0.log):\n    Traceback (most recent call last):\n")
+    likely = "  likely cause: the agent-config override algorithm.num_mini_batches=0 (num_mini_batches is in the"
+    assert lines.rstrip().splitlines()[-1].startswith(likely), lines
+
+
 TORCHRUN_SUMMARY = """\
 islab.worker FAILED
 ------------------------------------------------------------

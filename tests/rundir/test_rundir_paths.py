@@ -100,3 +100,30 @@ def test_no_other_module_spells_a_run_directory_path() -> None:
             ):
                 found.append(f"{where}:{node.lineno}: {text[:80]!r}")
     assert not found, "use islab.rundir's names instead:\n" + "\n".join(found)
+
+
+def test_a_run_reached_its_target_only_when_its_last_launch_ended_there(tmp_path):
+    """``--resume RUN`` alone has nothing to train (issue 30 item 2) when summary.json is at
+    spec.yaml's target and nothing was written after it; a preemption, a later checkpoint or a later
+    launch's spec.yaml mean there is more to do."""
+    import os
+
+    run = tmp_path / "run"
+    rundir.write_yaml(run / rundir.SPEC_FILE, {"target_iteration": 5})
+    rundir.latest_checkpoint(run).parent.mkdir(parents=True)
+    rundir.latest_checkpoint(run).write_bytes(b"")
+    assert rundir.reached_target(run) is None  # no summary yet: it never ended
+    rundir.write_summary(run, {"iteration": 5})
+    for path in (rundir.latest_checkpoint(run), run / rundir.SPEC_FILE):
+        os.utime(path, (1, 1))
+    assert rundir.reached_target(run) == (5, 5)
+    rundir.write_summary(run, {"iteration": 3})
+    assert rundir.reached_target(run) is None  # ended below its target
+    rundir.write_summary(run, {"iteration": 5, "preempted": {"signal": "SIGTERM", "iteration": 5}})
+    assert rundir.reached_target(run) is None
+    rundir.write_summary(run, {"iteration": 5})
+    for later in (rundir.latest_checkpoint(run), run / rundir.SPEC_FILE):
+        os.utime(later, (2e9, 2e9))  # written after the summary: a later launch
+        assert rundir.reached_target(run) is None, later
+        os.utime(later, (1, 1))
+    assert rundir.reached_target(run) == (5, 5)

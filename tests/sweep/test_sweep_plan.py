@@ -230,10 +230,78 @@ def test_without_the_sweep_extra_it_names_the_extra_and_exits_2(in_tmp, islab, m
     monkeypatch.setitem(sys.modules, "ray", None)  # find_spec reports it missing
     code, _out, err = islab("sweep", str(write_sweep(in_tmp)))
     assert code == 2
-    assert "[sweep]" in err and "islab-train[sweep]" in err, err
+    assert "[sweep]" in err and '-e ".[sweep]"' in err, err
     assert not (in_tmp / "logs").exists()
     code, _out, err = islab("sweep", str(write_sweep(in_tmp)), "--dry-run")  # the dry run needs no Ray
     assert code == 0, err
+
+
+def test_two_sweeps_of_one_file_in_the_same_second_get_a_directory_each(in_tmp):
+    """Issue 30 item 1: the sweep directory is named to the second; a second sweep that planned the
+    same one claims ``<name>-2``, and its trials' run directories move with it."""
+    from islab.sweep.command import claim_sweep_dir
+    from islab.sweep.load import load_sweep
+    from islab.sweep.trials import build_plan
+
+    loaded = load_sweep(write_sweep(in_tmp))
+    planned = build_plan(loaded.spec, sweep_dir=str(in_tmp / "logs" / "sweeps" / "s" / "2026-01-01_12-00-00"),
+                         python=sys.executable, device="cpu", nproc_per_node=1, cluster_file=None)  # fmt: skip
+    first, second = claim_sweep_dir(loaded, planned), claim_sweep_dir(loaded, planned)
+    assert first.sweep_dir == planned.sweep_dir and second.sweep_dir == f"{planned.sweep_dir}-2"
+    for plan in (first, second):
+        assert Path(plan.sweep_dir).is_dir()
+        assert all(Path(trial.log_dir).is_relative_to(plan.sweep_dir) for trial in plan.trials)
+        assert all(plan.sweep_dir + "/" in " ".join(trial.argv) for trial in plan.trials)
+
+
+def _planned(tmp_path: Path):
+    from islab.sweep.trials import build_plan
+
+    spec = parse_sweep(BASE, "s.yaml")
+    return build_plan(spec, sweep_dir=str(tmp_path / "sweep"), python=sys.executable, device="cpu",
+                      nproc_per_node=1, cluster_file=None)  # fmt: skip
+
+
+def test_remaining_is_the_trials_without_an_ending():
+    """Issue 30, a planted bug that survived: ``remaining`` returning every trial on --resume. The
+    trials still to run are those with no record or one that did not end (a trial cut off mid-run);
+    finished and failed ones are done."""
+    from islab.sweep.driver import remaining
+
+    plan = _planned(Path("/nowhere"))
+    ids = [trial.id for trial in plan.trials]
+    assert len(ids) == 4
+    assert remaining(plan, {}) == list(plan.trials)  # a new sweep: all of them
+    records = {ids[0]: {"status": "finished"}, ids[1]: {"status": "failed"}, ids[2]: {"status": "running"}}
+    assert [trial.id for trial in remaining(plan, records)] == ids[2:]
+    assert remaining(plan, {ident: {"status": "finished"} for ident in ids}) == []
+
+
+@pytest.mark.needs("ray", "optuna")  # the command checks for the [sweep] extra before it looks
+def test_resuming_a_sweep_whose_trials_all_ended_starts_no_ray(in_tmp):
+    """Issue 30: resuming an ended sweep writes its summary again and exits with its status without
+    importing Ray (which started Ray and Tune for nothing: 14.0 s instead of 3.2 s)."""
+    from islab.sweep.command import STATE_FILE, SWEEP_COPY
+    from islab.sweep.summary import SWEEP_JSON, write_record
+
+    plan = _planned(in_tmp)
+    sweep_dir = Path(plan.sweep_dir)
+    sweep_dir.mkdir()
+    (sweep_dir / SWEEP_COPY).write_text(yaml.safe_dump(BASE), encoding="utf-8")
+    state = {"name": "s", "cwd": str(in_tmp), "cluster_file": None, "python": sys.executable, "source": "s.yaml"}
+    (sweep_dir / STATE_FILE).write_text(json.dumps(state), encoding="utf-8")
+    for number, trial in enumerate(plan.trials):
+        write_record(sweep_dir, {"id": trial.id, "config": trial.config, "seed": trial.seed, "status": "finished",
+                                 "metric": float(number), "curve": [[1, float(number)]]})  # fmt: skip
+    report_ray = "import atexit, sys; atexit.register(lambda: print('ray imported:', 'ray' in sys.modules))"
+    done = subprocess.run(
+        [sys.executable, "-c", f"{report_ray}; from islab.cli import run; sys.exit(run(sys.argv[1:]))",
+         "sweep", "--resume", str(sweep_dir)],
+        capture_output=True, text=True, timeout=120, cwd=in_tmp,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ray imported: False" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+    assert len(json.loads((sweep_dir / SWEEP_JSON).read_text())["trials"]) == len(plan.trials)
 
 
 def test_resume_of_a_directory_that_is_no_sweep_exits_2(in_tmp, islab):

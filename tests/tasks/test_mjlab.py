@@ -72,10 +72,10 @@ def test_mjlab_tasks_are_announced_listed_and_refused_without_mjlab(islab, monke
     assert (rows[GO1]["extra"], rows[GO1]["extra_missing"]) == ("mjlab", True)
     assert rows["Islab-Cartpole-v0"]["extra_missing"] is False
     code, out, _ = islab("tasks")
-    assert code == 0 and "needs [mjlab]" in out and "'islab-train[mjlab]'" in out
+    assert code == 0 and "needs [mjlab]" in out and '-e ".[mjlab]"' in out
     code, out, err = islab("--task", GO1, "--lib", "rsl_rl", "--device", "cpu", "--dry-run")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
-    assert err.startswith(f"error: task (--task): {GO1} needs the [mjlab] extra") and "'islab-train[mjlab]'" in err
+    assert err.startswith(f"error: task (--task): {GO1} needs the [mjlab] extra") and '-e ".[mjlab]"' in err
 
 
 @needs_mjlab

@@ -78,7 +78,7 @@ def test_wandb_without_the_extra_is_refused_before_launch(islab, monkeypatch) ->
     code, out, err = islab("--logger", "wandb", "--device", "cpu", "--dry-run")
     assert code == 2 and out == ""
     (line,) = err.strip().splitlines()
-    assert line.startswith("error: logger") and "islab-train[wandb]" in line, err
+    assert line.startswith("error: logger") and '-e ".[wandb]"' in line, err
 
 
 # -- pure parts -------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from adapters import TASK, build_adapter
 from child_env import child_env
 from ports import port_for_a_child
 from prerequisites import AS_ROOT_IN_CI, require
-from training_runs import PATHS
+from training_runs import ONE_RANK_OVERRIDES, PATHS
 
 from islab.libs.base import LibraryAdapter, state_digest
 from islab.worker.checkpoint import Checkpointer, identity, load_checkpoint_for_rank, restore
@@ -214,6 +214,21 @@ def test_worker_resume_of_a_missing_checkpoint_exits_2(tmp_path: Path) -> None:
                   "--resume", str(tmp_path / "nowhere"))  # fmt: skip
     assert done.returncode == 2
     assert "error: resume: there is no checkpoint at" in done.stderr
+
+
+@pytest.mark.slow  # the session's one 1-rank rsl_rl run (trained here when no other test did)
+def test_a_resume_with_nothing_left_to_train_keeps_the_runs_records(tmp_path: Path, one_rank_run) -> None:
+    """Issue 30 item 2, the rank's side: where the launcher could not tell that the run was done
+    (its records were written by another launch), the rank resumes, trains nothing and leaves
+    spec.yaml and summary.json as they were (they said 0 iterations before)."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(one_rank_run("rsl_rl"), run_dir)
+    kept = {name: (run_dir / name).read_bytes() for name in ("spec.yaml", "summary.json")}
+    done = worker("--lib", "rsl_rl", "--run-dir", str(run_dir), "--resume", str(run_dir),
+                  *ONE_RANK_OVERRIDES["rsl_rl"])  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "resuming at iteration 2, training to 2 (already there" in done.stderr
+    assert {name: (run_dir / name).read_bytes() for name in kept} == kept
 
 
 @pytest.mark.slow

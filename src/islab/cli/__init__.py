@@ -108,15 +108,54 @@ def _wants_subcommand(args: list[str], subcommands: tuple[str, ...]) -> bool:
     return len(words) > 1 and words[1] in subcommands
 
 
+# `islab-train help [COMMAND]` is `islab-train [COMMAND] --help`; `--version`/`-V` prints one line.
+HELP_WORD = "help"
+VERSION_FLAGS = ("--version", "-V")
+# What people type reaching for help or the version, besides the real spellings: told those.
+HELP_LOOKALIKES = frozenset({"-help", "--usage", "-usage", "usage", "-?", "?"})
+VERSION_LOOKALIKES = frozenset({"version", "-version", "--v"})
+
+
 def mistyped_subcommand_issue(args: list[str]) -> Issue | None:
-    """`islab-train doctr`: a bare first word close to a subcommand's name (the training command
-    would read it as a KEY=VALUE override and say that instead)."""
-    if not args or args[0].startswith("-") or "=" in args[0] or args[0] in SUBCOMMANDS:
+    """`islab-train doctr`: a bare first word close to a subcommand's name, or to ``help`` or
+    ``version``, and the usual other spellings of those (``-help``, ``usage``, ``version``) -- the
+    training command would read a bare word as a KEY=VALUE override and say that instead."""
+    if not args or "=" in args[0] or args[0] in (*SUBCOMMANDS, HELP_WORD):
         return None
-    hint = suggest(args[0], SUBCOMMANDS)
+    word = args[0]
+    if word in HELP_LOOKALIKES:
+        hint = f"for help, run '{PROG} --help' (or '{PROG} help COMMAND')"
+    elif word in VERSION_LOOKALIKES:
+        hint = f"did you mean '{PROG} --version'?"
+    elif word.startswith("-"):
+        return None  # an option: click names it, with the closest ones
+    else:
+        hint = suggest(word, (*SUBCOMMANDS, HELP_WORD, "version")).replace("'version'", "'--version'")
     if not hint:
         return None
-    return Issue(f"command {args[0]!r}", f"{PROG} has no such command", f"{hint} (commands: {' | '.join(SUBCOMMANDS)})")
+    return Issue(f"command {word!r}", f"{PROG} has no such command", f"{hint} (commands: {' | '.join(SUBCOMMANDS)})")
+
+
+def version_line() -> str:
+    """``islab-train 0.1.0 (Python 3.11.2; torch 2.13.0, rl-games 1.6.1, ...)``: this package and the
+    versions of what it trains with (the doctor's list, read from the installed metadata: nothing
+    imported), those not installed named at the end."""
+    import importlib.metadata
+    import platform
+
+    from islab import __version__
+    from islab.doctor.probes import VERSION_DISTRIBUTIONS
+
+    found, missing = [], []
+    for name in VERSION_DISTRIBUTIONS:
+        if name == PROG:
+            continue
+        try:
+            found.append(f"{name} {importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(name)
+    absent = f"; not installed: {', '.join(missing)}" if missing else ""
+    return f"{PROG} {__version__} (Python {platform.python_version()}; {', '.join(found)}{absent})"
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -124,7 +163,13 @@ def run(argv: list[str] | None = None) -> int:
     from typer._click import exceptions as click_exceptions  # typer vendors click
 
     args = list(sys.argv[1:] if argv is None else argv)
-    dash = lookalike_dash_issue(args[: args.index("--")] if "--" in args else args)
+    if args[:1] == [HELP_WORD]:  # help [COMMAND]
+        args = [*(args[1:2] if args[1:2] and args[1] in SUBCOMMANDS else []), "--help"]
+    head = args[: args.index("--")] if "--" in args else args
+    if any(flag in head for flag in VERSION_FLAGS) and not _wants_subcommand(args, SUBCOMMANDS):
+        print(version_line())
+        return 0
+    dash = lookalike_dash_issue(head)
     if dash is None:
         dash = mistyped_subcommand_issue(args)
     if dash is not None:

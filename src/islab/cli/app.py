@@ -29,9 +29,11 @@ import typer
 
 from islab.cli.launch_checks import (
     PreflightOptions,
+    claim_run_dir,
     doctor_checks,
+    nothing_to_train,
+    preflight_before_training,
     preflight_options,
-    run_collective_check,
     run_dir_taken,
 )
 from islab.cli.options import BY_NAME, OPTIONS, PROG, signature
@@ -104,7 +106,8 @@ EPILOG = f"""\
   [dim]# which tasks exist, and for which libraries[/dim]
   islab-train tasks
 
-Commands: islab-train {" | ".join(SUBCOMMANDS)} (each has --help).
+Commands: islab-train {" | ".join(SUBCOMMANDS)} (each has --help; islab-train help COMMAND too).
+Version: islab-train --version (-V), with torch's and the libraries'.
 Precedence: command line > SLURM / Kubernetes allocation (--slurm, --k8s) > ISLAB_* environment
 > --cluster YAML > defaults.
 Exit codes: 0 ok / dry run, 2 bad spec (nothing started), else the training's status
@@ -285,12 +288,18 @@ def fail(exc: SpecError, code: int = 2) -> NoReturn:
 # ----------------------------------------------------------------------------------------------
 
 
-def plan_for(resolved: ResolvedSpec, checks: PreflightOptions) -> LaunchPlan:
-    """The spec's plan, with the NCCL settings the launch adds (flight recorder, --nccl-safe), or exit 2."""
+def plan_for(
+    resolved: ResolvedSpec, checks: PreflightOptions, *, now: datetime | None = None, free_port: int | None = None,
+    run_dir: str | None = None,
+) -> LaunchPlan:  # fmt: skip
+    """The spec's plan, with the NCCL settings the launch adds (flight recorder, --nccl-safe), or exit 2.
+    ``now`` and ``free_port`` default to the clock and a probed port; a plan made again for the
+    directory this launch claimed (``run_dir``) passes the first plan's."""
+    now = now or datetime.now()
+    free_port = free_port or find_free_port()
     try:
-        plan = planner.build_plan(resolved.spec, now=datetime.now(), free_port=find_free_port(),
-                                  job_leaf=run_leaf_of(resolved),
-                                  to_target=planner.resumes_to_target(resolved))  # fmt: skip
+        plan = planner.build_plan(resolved.spec, now=now, free_port=free_port, job_leaf=run_leaf_of(resolved),
+                                  to_target=planner.resumes_to_target(resolved), run_dir=run_dir)  # fmt: skip
     except SpecError as exc:
         fail(exc)
     return with_nccl_settings(plan, resolved.spec, safe=checks.nccl_safe, inherited=os.environ)
@@ -301,7 +310,8 @@ def _plan_and_go(
     warnings: Sequence[str] = (), checks: PreflightOptions = NO_CHECK_OPTIONS,
 ) -> None:  # fmt: skip
     spec = resolved.spec
-    plan = plan_for(resolved, checks)
+    now, free_port = datetime.now(), find_free_port()
+    plan = plan_for(resolved, checks, now=now, free_port=free_port)
 
     # The ranks get the spec's env on top of ours: count the GPUs they will see.
     visible_gpus = visible_gpu_count({**os.environ, **spec.env}) if spec.device == "cuda" else 0
@@ -319,7 +329,14 @@ def _plan_and_go(
         print(format_json(plan) if json_output else format_text(plan, resolved))
         raise typer.Exit(0)
 
-    issues = launch_issues(spec, platform=sys.platform, visible_gpus=visible_gpus, environ=os.environ)
+    finished = nothing_to_train(spec, plan)
+    if finished is not None:
+        print(finished, file=sys.stderr)
+        raise typer.Exit(0)
+    defaulted = resolved.sources.get("device", Source.DEFAULT) == Source.DEFAULT  # nothing chose cuda
+    issues = launch_issues(
+        spec, platform=sys.platform, visible_gpus=visible_gpus, environ=os.environ, device_defaulted=defaulted
+    )
     taken = run_dir_taken(spec, plan, run_leaf_of(resolved), now=time.time())
     login = wandb_login_issue({**os.environ, **spec.env}, Path.home()) if spec.logger == "wandb" else None
     refused = [*issues, *(issue for issue in (taken, login) if issue is not None)]
@@ -334,6 +351,9 @@ def _plan_and_go(
     if spec.rendezvous.backend == "c10d" and spec.nnodes > 1 and plan.rendezvous_address:
         local_addr = local_address_towards(*split_host_port(plan.rendezvous_address))
         plan = with_c10d_node_facts(plan, node_rank, hosts_store=hosts_store, local_addr=local_addr)
+    claimed = claim_run_dir(spec, plan, run_leaf_of(resolved))
+    if claimed is not None and claimed != plan.run_dir:  # another launch took the name this second
+        plan = plan_for(resolved, checks, now=now, free_port=free_port, run_dir=claimed)
 
     record = {
         "spec": spec.to_plain(),
@@ -347,9 +367,9 @@ def _plan_and_go(
     }
     write_launch_record(plan.run_dir, record)
     if wants_preflight(spec, checks.mode):
-        outcome = run_collective_check(spec, plan, node_rank, checks.timeout_s)
-        if not outcome.ok or checks.mode == "only":
-            raise typer.Exit(outcome.status)
+        status = preflight_before_training(spec, plan, node_rank, checks, claimed=claimed is not None)
+        if status is not None:
+            raise typer.Exit(status)
     elif checks.mode == "only":
         print("islab-train: --preflight only: a single rank has no collectives to check", file=sys.stderr)
         raise typer.Exit(0)

@@ -281,7 +281,7 @@ def tasks_command(
     ] = None,
 ) -> None:
     from islab.tasks import TASKS, TaskRegistrationError, add_task_module, agent_config_path
-    from islab.tasks.listing import task_rows
+    from islab.tasks.listing import print_task_rows, task_rows
 
     if task_module is not None:
         try:
@@ -295,36 +295,8 @@ def tasks_command(
 
         print(json.dumps(rows, indent=2))
         return
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    table = Table(title="islab-train tasks", title_justify="left")
-    for column in ("task", "package", "obs", "actions", "default num_envs", "agent configs (--lib)"):
-        table.add_column(column, overflow="fold")  # a task id must stay readable whole
-    for row in rows:
-        configs = ", ".join(row["agent_configs"] or ()) or "none"
-        if row["error"] or row["unavailable"]:
-            configs = "cannot be read (below)" if row["error"] else "cannot be trained (below)"
-        sizes = [str(row[key]) if row[key] is not None else "-" for key in ("observation_size", "action_size",
-                                                                             "default_num_envs")]  # fmt: skip
-        table.add_row(
-            row["task"], row["package"], *sizes, escape(f"needs [{row['extra']}]") if row["extra_missing"] else configs
-        )
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
-    console.print(table)
-    from islab.resolve.resolve import install_extra_hint
-
-    for extra in sorted({row["extra"] for row in rows if row["extra_missing"]}):
-        hint = install_extra_hint(extra)
-        console.print(f"[{extra}] is not installed, so its tasks are refused. {hint}.", markup=False)
-    for row in rows:
-        if row["error"]:
-            console.print(f"error: {row['error']}", markup=False)
-        elif row["unavailable"]:
-            console.print(f"{row['task']} cannot be trained: {row['unavailable']}.", markup=False)
-    example = next(iter(TASKS))
-    console.print(f"Agent configs live in each task's agents/ folder, e.g. {agent_config_path('rsl_rl', example)}")
+    notes = [f"Agent configs live in each task's agents/ folder, e.g. {agent_config_path('rsl_rl', next(iter(TASKS)))}"]
+    print_task_rows(rows, sys.stdout, notes)
 
 
 RUN_DIR_ARGUMENT = Annotated[

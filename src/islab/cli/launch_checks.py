@@ -1,9 +1,10 @@
 """What a real launch checks before any rank starts, after the plan is made.
 
-Three checks, cheapest first, each refusing with a message that names the fix:
+First, :func:`nothing_to_train`: ``--resume`` of a run that already reached its target starts
+nothing. Then three checks, cheapest first, each refusing with a message that names the fix:
 
 * :func:`run_dir_taken` -- the run directory already holds another run (its checkpoints would be
-  overwritten);
+  overwritten); a new run of one node claims a directory of its own instead (:func:`claim_run_dir`);
 * :func:`doctor_checks` -- the doctor's cheap checks of this node (addresses, ports, interfaces,
   versions): errors stop the launch with exit 2, warnings print;
 * :func:`run_collective_check` -- the pre-flight: the job's own plan with a short probe as every
@@ -14,11 +15,16 @@ Three checks, cheapest first, each refusing with a message that names the fix:
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shlex
+import shutil
+import signal
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -32,7 +38,15 @@ from islab.plan.preflight import DEFAULT_PREFLIGHT_TIMEOUT_S, probe_plan
 from islab.preflight.prediction import predict, prediction_line
 from islab.preflight.report import PREDICTION_KEY, write_report
 from islab.run.preflight import PreflightOutcome, run_preflight
-from islab.rundir import continued_run_dir, latest_checkpoint, read_heartbeats, summary_path
+from islab.rundir import (
+    PREFLIGHT_DIR,
+    claim_new_dir,
+    continued_run_dir,
+    latest_checkpoint,
+    reached_target,
+    read_heartbeats,
+    summary_path,
+)
 from islab.spec.agent_config import load_agent_config
 from islab.spec.issues import Issue, SpecError
 from islab.spec.run_spec import RunSpec
@@ -77,6 +91,22 @@ def run_collective_check(spec: RunSpec, plan: LaunchPlan, node_rank: int, timeou
         print(prediction_line(predicted), file=sys.stderr, flush=True)
         outcome = replace(outcome, report=report)
     return outcome
+
+
+def preflight_before_training(
+    spec: RunSpec, plan: LaunchPlan, node_rank: int, checks: PreflightOptions, *, claimed: bool
+) -> int | None:
+    """This node's pre-flight before training: None to go on and train, else the exit status -- it
+    failed, ``--preflight only``, or it was stopped (Ctrl-C), and then the new run directory this
+    launch ``claimed`` is removed (:func:`discard_untrained`)."""
+    try:
+        outcome = run_collective_check(spec, plan, node_rank, checks.timeout_s)
+    except KeyboardInterrupt:  # before the probe's processes (and the loop that forwards signals) were up
+        print(f"{PROG}: stopped by SIGINT during the pre-flight", file=sys.stderr)
+        outcome = PreflightOutcome(128 + signal.SIGINT, None, "", 0.0)
+    if outcome.status > 128:  # stopped by a signal
+        print(discard_untrained(plan.run_dir, claimed=claimed), file=sys.stderr)
+    return None if outcome.ok and checks.mode != "only" else outcome.status
 
 
 def sync_work_of(spec: RunSpec, environ: Mapping[str, str]) -> SyncWork | None:
@@ -125,6 +155,49 @@ def run_dir_taken(spec: RunSpec, plan: LaunchPlan, job_leaf: str | None, *, now:
         "multi-node launches name the same directory)",
         f"Pass --run-name NAME for a directory of its own, or --resume {run_dir} to continue that run",
     )
+
+
+def nothing_to_train(spec: RunSpec, plan: LaunchPlan) -> str | None:
+    """``--resume RUN_DIR`` alone, of a run whose last launch already trained to its target
+    (:func:`islab.rundir.reached_target`): the line that says so and how to train further, and the
+    launch stops there, exit 0 -- starting the ranks would only rewrite the run's records (its
+    ``summary.json`` with 0 iterations) to train nothing."""
+    run_dir = continued_run_dir(spec.resume)
+    reached = reached_target(run_dir) if plan.to_target and run_dir is not None else None
+    if reached is None:
+        return None
+    where = os.path.abspath(str(run_dir))
+    further = shlex.join([PROG, "--resume", where, "--max-iterations", "M"])
+    return (
+        f"{PROG}: {where} already reached its target (iteration {reached[0]} of {reached[1]}); nothing was "
+        f"started and the run is as it was. To train it further: {further} (M more iterations)"
+    )
+
+
+def claim_run_dir(spec: RunSpec, plan: LaunchPlan, job_leaf: str | None) -> str | None:
+    """The directory a new run of one node trains in, created by this launch alone
+    (:func:`islab.rundir.claim_new_dir`): the planned one, or ``<planned>-2`` ... when another launch
+    made it first (two identical launches in the same second). None where the directory is joined,
+    not claimed -- ``--resume`` of a run directory, a scheduler's job (``slurm-<id>``, ``k8s-<name>``),
+    several nodes (each plans the same name from what they share; :func:`run_dir_taken` guards it)."""
+    if plan.run_dir == continued_run_dir(spec.resume) or job_leaf is not None or spec.nnodes > 1:
+        return None
+    return str(claim_new_dir(plan.run_dir))
+
+
+def discard_untrained(run_dir: str, *, claimed: bool) -> str:
+    """A launch stopped before its ranks started (Ctrl-C during the pre-flight) leaves no half run
+    directory behind for a later ``--resume`` or a listing to trip over: the directory it claimed
+    holds only its ``launch.yaml`` and the probe's logs, and is removed. A directory it joined
+    (``--resume``, a multi-node or scheduler job's) is another run's, or another node's: only an
+    empty ``preflight/`` folder goes. Returns the line that says what happened."""
+    where = os.path.abspath(run_dir)
+    if claimed:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return f"{PROG}: nothing was trained; removed the new run directory {where}"
+    with contextlib.suppress(OSError):
+        Path(run_dir, PREFLIGHT_DIR).rmdir()  # only when empty
+    return f"{PROG}: nothing was trained; {where} keeps what earlier launches left in it"
 
 
 def doctor_checks(spec: RunSpec, plan: LaunchPlan, visible_gpus: int) -> bool:

@@ -14,14 +14,20 @@ from islab.spec.run_spec import RunSpec
 
 
 def launch_issues(
-    spec: RunSpec, *, platform: str, visible_gpus: int, environ: Mapping[str, str] | None = None
+    spec: RunSpec,
+    *,
+    platform: str,
+    visible_gpus: int,
+    environ: Mapping[str, str] | None = None,
+    device_defaulted: bool = False,
 ) -> list[Issue]:
     """Reasons a *real* launch of ``spec`` cannot start on this node (a dry run skips these).
     The doctor shows the platform and GPU ones as its rows; it does not check them again.
     ``environ``: this shell's environment (the ranks get the spec's ``env:`` on top), for a
-    CUDA_VISIBLE_DEVICES that names a GPU twice -- the cause, named instead of the GPU count it spoils."""
+    CUDA_VISIBLE_DEVICES that names a GPU twice -- the cause, named instead of the GPU count it spoils.
+    ``device_defaulted``: nothing chose the device (cuda is the default), so no-GPU says that."""
     devices = cuda_visible_devices_issue(spec, environ or {})
-    gpus = devices or gpu_issue(spec, visible_gpus)
+    gpus = devices or gpu_issue(spec, visible_gpus, device_defaulted=device_defaulted)
     found = (platform_issue(spec.device, platform), node_rank_issue(spec), gpus)
     return [issue for issue in found if issue is not None]
 
@@ -57,9 +63,17 @@ def node_rank_issue(spec: RunSpec) -> Issue | None:
     )
 
 
-def gpu_issue(spec: RunSpec, visible_gpus: int) -> Issue | None:
+def gpu_issue(spec: RunSpec, visible_gpus: int, *, device_defaulted: bool = False) -> Issue | None:
     if spec.device != "cuda":
         return None
+    if visible_gpus == 0 and device_defaulted:  # a plain `islab-train` on a laptop: nothing asked for cuda
+        return Issue(
+            "device",
+            "cuda is the default device (no --device or --gpus was given) and no CUDA device is visible on this "
+            "machine (CUDA_VISIBLE_DEVICES / nvidia-smi)",
+            "For CPU ranks over gloo give --device cpu --nproc N, N ranks sharing this machine's cores "
+            "(e.g. --device cpu --nproc 2)",
+        )
     if visible_gpus == 0:
         return Issue(
             "device",

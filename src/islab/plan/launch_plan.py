@@ -83,6 +83,8 @@ class LaunchPlan:
     to_target: bool = False
     # At launch, torchrun forks our worker's ranks from its agent (islab.plan.torchrun, "Forked ranks").
     forked_ranks: bool = False
+    # The agent-config overrides the ranks apply (KEY=VALUE): a failure names the one its traceback points at.
+    overrides: tuple[str, ...] = ()
 
     def node(self, node_rank: int) -> NodePlan:
         for node in self.nodes:

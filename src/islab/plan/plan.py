@@ -262,15 +262,18 @@ def build_plan(
     slurm_job_id: int | None = None,
     job_leaf: str | None = None,
     to_target: bool = False,
+    run_dir: str | None = None,
 ) -> LaunchPlan:
     """Plan every node of ``spec`` (or only ``spec.node_rank`` when given).
 
     ``now`` (or, inside a SLURM allocation, ``slurm_job_id``) names the run directory; ``free_port``
     is used for a single-node rendezvous or JAX coordinator that the spec left open (the caller
     probes it; see ``supervise.find_free_port``). ``to_target``: ``--resume`` alone
-    (:func:`resumes_to_target`), which trains to the run's original target.
+    (:func:`resumes_to_target`), which trains to the run's original target. ``run_dir``: the
+    directory a real launch claimed (:func:`islab.rundir.claim_new_dir`: ``<leaf>-2`` when another
+    launch took ``run_dir_for``'s name in the same second); default :func:`run_dir_for`.
     """
-    run_dir = run_dir_for(spec, now, slurm_job_id, job_leaf)
+    run_dir = run_dir or run_dir_for(spec, now, slurm_job_id, job_leaf)
     launcher = spec.launcher
     derived, node0_port = _derive(spec, free_port)
     env = MappingProxyType(plan_env(spec, run_dir))
@@ -318,6 +321,7 @@ def build_plan(
         events_not_before=now.timestamp() - 1 if spec.entrypoint is not None else None,
         hang_timeout_s=hang_timeout_of(spec),
         forked_ranks=launcher == torchrun.NAME and spec.entrypoint is None and spec.device == "cpu",
+        overrides=tuple(spec.overrides),
     )
 
 

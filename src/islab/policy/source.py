@@ -92,11 +92,37 @@ def resolve_source(run_dir: str | Path, checkpoint: str = "latest") -> PolicySou
             )
         )
     if not path.is_file():
+        # Not `--resume RUN_DIR`: with no checkpoint there is nothing to resume from (it is refused).
+        again = train_again_command(directory)
         raise SpecError(
             Issue(
                 "--checkpoint",
-                f"{directory} has no islab checkpoint {path.name} (the training wrote none yet)",
-                f"Train it further (islab-train --resume {directory}) or pass a checkpoint file",
+                f"{directory} has no islab checkpoint {path.name}: its training stopped (or is still running) "
+                f"before the first one, which comes after {spec.get('checkpoint_interval', '?')} iteration(s)",
+                (f"Train it again with the options it was started with (a new run directory; --checkpoint-interval "
+                 f"N saves every N iterations): {again}" if again else "Train it again")
+                + ", or pass a checkpoint file",
             )
-        )
+        )  # fmt: skip
     return PolicySource(run_dir=directory, checkpoint=path, choice=choice, note=note, spec=spec)
+
+
+def train_again_command(run_dir: Path) -> str | None:
+    """The ``islab-train`` command that trains ``run_dir``'s run again from the start, with the options
+    it was launched with (its ``launch.yaml``, as ``--resume`` reads it:
+    :func:`islab.resolve.resumed.stored_layer`), shell-quoted; None without a readable record. Values
+    of its cluster file's ``env:`` have no option and are not repeated."""
+    from islab.plan.dry_run import shell_line
+    from islab.resolve.resumed import stored_layer
+    from islab.sweep.trials import run_options
+
+    stored = {name: value for name, (value, _) in stored_layer(run_dir).items()}
+    if not stored:
+        return None
+    try:
+        options = run_options(stored, None)
+    except KeyError:  # a field of a newer or older islab-train without an option here
+        return None
+    args = [str(arg) for arg in stored.get("args") or ()]
+    overrides = [str(item) for item in stored.get("overrides") or ()]
+    return shell_line(["islab-train", *options, *overrides, *(["--", *args] if args else [])], {})

@@ -64,15 +64,17 @@ def _kb(params: int) -> str:
 
 
 def prediction_line(prediction: Mapping[str, Any]) -> str:
-    """``pre-flight: sync >= 7.9 ms per iteration (rsl_rl, fused: 20 updates + 2 = 22 all-reduces x
-    352 us, 9.76 KB of gradients at 0.505 GB/s); 1.9x at 2 ranks (efficiency 0.95) needs >= 150 ms of
-    compute per iteration``."""
+    """What the prediction means for the user, in their words: ``pre-flight: predicted: syncing the
+    ranks costs >= 7.9 ms per training iteration (22 all-reduces of 9.76 KB of gradients: 20 updates +
+    2); 2 ranks train 1.9x as fast as one if an iteration computes for >= 150 ms, so give each rank
+    enough envs (--num-envs) for that``. The model's inputs (latency, bandwidth, library, sync mode)
+    are in ``preflight.json``'s ``prediction``."""
     p = prediction
     extra = p["all_reduces_per_iteration"] - p["updates_per_iteration"]
     return (
-        f"pre-flight: sync >= {_ms(p['sync_ms'])} ms per iteration ({p['library']}, {p['sync']}: "
-        f"{p['updates_per_iteration']} updates + {extra} = {p['all_reduces_per_iteration']} all-reduces x "
-        f"{p['all_reduce_us']:.0f} us, {_kb(p['gradient_params'])} of gradients at {p['busbw_gbps']:.3g} GB/s); "
-        f"{p['speedup']:g}x at {p['ranks']} ranks (efficiency {p['efficiency']:g}) needs >= "
-        f"{_ms(p['compute_ms_needed'])} ms of compute per iteration"
+        f"pre-flight: predicted: syncing the ranks costs >= {_ms(p['sync_ms'])} ms per training iteration "
+        f"({p['all_reduces_per_iteration']} all-reduces of {_kb(p['gradient_params'])} of gradients: "
+        f"{p['updates_per_iteration']} updates + {extra}); {p['ranks']} ranks train {p['speedup']:g}x as fast as "
+        f"one if an iteration computes for >= {_ms(p['compute_ms_needed'])} ms, so give each rank enough envs "
+        "(--num-envs) for that"
     )

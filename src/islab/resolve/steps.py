@@ -30,7 +30,7 @@ from islab.resolve.messages import issue_from_pydantic, label_of
 from islab.resolve.presets import apply_isaaclab, apply_mjlab, refuse_worker_only
 from islab.resolve.resumed import frozen_field_issue
 from islab.spec.fields import DEFAULT_TASK
-from islab.spec.issues import Issue, SpecError
+from islab.spec.issues import Issue, SpecError, install_extra_hint
 from islab.spec.run_spec import TASK_IDS, RunSpec
 
 
@@ -72,14 +72,6 @@ def resumed_issue(
 ) -> Issue | None:
     """A resume that would change a field the checkpoint is shaped by (lib, task, num_envs, ...)."""
     return frozen_field_issue(spec, stored, origins, run_dir) if run_dir is not None else None
-
-
-def install_extra_hint(extra: str) -> str:
-    """How to install an extra without letting its dependencies replace the user's torch."""
-    return (
-        f"Install it with your torch pinned: echo \"torch==$(python -c 'import torch; print(torch.__version__)')\" "
-        f"> torch-pin.txt && python -m pip install -c torch-pin.txt 'islab-train[{extra}]'"
-    )
 
 
 def disk_issue(spec: RunSpec, edge: Edge, origins: Mapping[str, str]) -> Issue | None:

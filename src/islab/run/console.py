@@ -290,13 +290,15 @@ def _prepare_finish() -> None:
 
 
 def render_summary(rows: Iterable[tuple[str, str]], out: IO[str], *, tty: bool) -> None:
+    """The end-of-run table. On a terminal it fits the terminal's width (a long path folds); written
+    without one (CI logs, a file) it is as wide as its values, so a path is never split."""
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(file=out, force_terminal=tty, no_color=not tty, width=None if tty else 120, highlight=False)
+    console = Console(file=out, force_terminal=tty, no_color=not tty, width=None if tty else 100_000, highlight=False)
     table = Table(title="islab-train: run finished", title_justify="left", show_header=False)
     table.add_column("what", style="bold", no_wrap=True)
-    table.add_column("value", overflow="fold")
+    table.add_column("value", overflow="fold", no_wrap=not tty)
     for label, value in rows:
         table.add_row(label, value)
     console.print(table)

@@ -53,7 +53,7 @@ def last_exception_line(lines: Sequence[str]) -> str | None:
     That is the first line after ``Traceback (most recent call last):`` that is not indented
     (frames and source lines are); ``[default<L>]:`` prefixes from ``torchrun --tee`` and the
     ``[rank<R>]:`` prefixes torch puts on a failed collective's traceback are removed."""
-    text = [_RANK_PREFIX.sub("", route_line(line, 0)[1].rstrip("\n"), count=1) for line in lines]
+    text = _plain(lines)
     starts = [index for index, line in enumerate(text) if line.startswith("Traceback (most recent call last)")]
     if not starts:
         return None
@@ -61,6 +61,84 @@ def last_exception_line(lines: Sequence[str]) -> str | None:
         if line.strip() and not line[0].isspace():
             return line.strip()
     return None
+
+
+_CHAIN_LINKS = ("During handling of the above exception", "The above exception was the direct cause")
+TRACEBACK_SEARCH_LINES = 2000  # the end of a failed rank's log searched for its last traceback
+TAIL_SHOWN = 15  # a rank that ended without a traceback (killed): its last lines, the one clue
+
+
+def _plain(lines: Sequence[str]) -> list[str]:
+    """Lines as the rank printed them: torchrun's ``[default<L>]:`` and torch's ``[rank<R>]:`` gone."""
+    return [_RANK_PREFIX.sub("", route_line(line, 0)[1].rstrip("\n"), count=1) for line in lines]
+
+
+def last_traceback(lines: Sequence[str]) -> list[str]:
+    """The last Python traceback in ``lines``, whole: its ``Traceback (most recent call last):``
+    line, every frame, the exception line and the message lines after it -- with the exceptions it
+    was raised from or while handling (Python prints those first, joined by "During handling of the
+    above exception ..."). Prefixes removed as in :func:`last_exception_line`; [] without one."""
+    text = _plain(lines)
+    starts = [index for index, line in enumerate(text) if line.startswith("Traceback (most recent call last)")]
+    if not starts:
+        return []
+    first = starts[-1]
+    for earlier in reversed(starts[:-1]):  # a chained exception: the link line sits just above
+        between = [line for line in text[earlier:first] if line.strip()]
+        if not between or not between[-1].startswith(_CHAIN_LINKS):
+            break
+        first = earlier
+    end = starts[-1] + 1
+    while end < len(text) and (not text[end].strip() or text[end][0].isspace()):  # frames and source lines
+        end += 1
+    end += 1  # the exception line; then its message's further lines, up to a blank line
+    while end < len(text) and text[end].strip():
+        end += 1
+    return [line for line in text[first:end]]
+
+
+def suspected_overrides(traceback: Sequence[str], overrides: Sequence[str]) -> list[str]:
+    """The agent-config overrides that are likely the traceback's cause: the key's last part is a name
+    in it, in the failing source lines or the message (``algorithm.num_mini_batches=0`` ->
+    ``batch_size // num_mini_batches``; "learning rate" counts for ``learning_rate``), or the value
+    is a word of the exception line (``algorithm.learning_rate=-1`` -> "Invalid learning rate: -1";
+    not a lone digit, which too many messages hold)."""
+    text = "\n".join(traceback)
+    raised = next((line for line in reversed(traceback) if line.strip() and not line[0].isspace()), "")
+    found = []
+    for override in overrides:
+        key, _, value = override.partition("=")
+        name = key.rsplit(".", 1)[-1]
+        spelled = r"[_ ]".join(re.escape(part) for part in name.split("_"))
+        named = bool(name) and re.search(rf"(?<![\w]){spelled}(?![\w])", text) is not None
+        valued = len(value.strip()) > 1 and re.search(rf"(?<![\w.-]){re.escape(value.strip())}(?![\w.])", raised)
+        if named or valued:
+            found.append(override)
+    return found
+
+
+def failed_rank_lines(
+    rank: int, log: str, lines: Sequence[str], overrides: Sequence[str], *, shown: bool, clueless: bool
+) -> str:
+    """What the console prints above the error line of the rank that failed: its last traceback,
+    whole, or, when it has none and the error line cannot say how it ended (``clueless``: no
+    exception, no signal), its last lines -- unless the console showed every line of every rank
+    already (``shown``: ``--all-ranks``); then the agent-config override the traceback points at."""
+    traceback = last_traceback(lines)
+    out = []
+    if traceback and not shown:
+        out.append(f"  rank {rank}'s traceback ({log}):")
+        out += [f"    {line}" for line in traceback]
+    elif lines and clueless and not shown:
+        out.append(f"  last lines of {log}:")
+        out += [f"    {line.rstrip()}" for line in _plain(lines)[-TAIL_SHOWN:]]
+    for override in suspected_overrides(traceback, overrides):
+        key = override.partition("=")[0]
+        out.append(
+            f"  likely cause: the agent-config override {override} ({key.rsplit('.', 1)[-1]} is in the failing "
+            f"code); check its value, or leave it out to use the task's agent config"
+        )
+    return "".join(f"{line}\n" for line in out)
 
 
 def describe_end(exit_code: int | None, exception: str | None) -> str:

@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from islab.run.failures import (
+    TRACEBACK_SEARCH_LINES,
     cause_named,
     describe_end,
+    failed_rank_lines,
     last_exception_line,
     lost_peer,
     rendezvous_message,
@@ -95,7 +97,8 @@ class SkrlJaxNode:
         for rank in self.node.ranks:
             Path(self.error_file(rank.local_rank)).parent.mkdir(parents=True, exist_ok=True)
             env = {**rank.env, "TORCHELASTIC_ERROR_FILE": self.error_file(rank.local_rank)}
-            children.append(Child(rank.argv, env, rank=rank.global_rank, stderr_to_stdout=True))
+            children.append(Child(rank.argv, env, rank=rank.global_rank, stderr_to_stdout=True,
+                                  tail_lines=TRACEBACK_SEARCH_LINES))  # fmt: skip
         return children
 
     def observe(self, rank: int | None, line: str) -> None:
@@ -121,12 +124,12 @@ class SkrlJaxNode:
         rank, status = self.node.ranks[failed], outcome.statuses[failed]
         lines = list(outcome.tails[failed])
         exception = exception_of(failed)
-        if lines and not cause_named(status, exception):  # its exception or its signal says it otherwise
-            err.write(f"  last output of rank {rank.global_rank}:\n" + "".join(f"    {line}\n" for line in lines[-20:]))
+        log = rank_log(self.plan.run_dir, rank.global_rank)
+        err.write(failed_rank_lines(rank.global_rank, str(log), lines, self.plan.overrides, shown=False,
+                                    clueless=not cause_named(status, exception)))  # fmt: skip
         # "RuntimeError: boom", or 137 -> -9 -> "killed by SIGKILL"
         signum = signal_of(status)
         how = f": {exception}" if exception else describe_end(-signum if signum else status, None)
-        log = rank_log(self.plan.run_dir, rank.global_rank)
         err.write(
             f"error: rank {rank.global_rank} (node {self.node.node_rank}, local rank {rank.local_rank}) "
             f"exited with code {status}{how}; the other ranks were stopped. See {log}. "

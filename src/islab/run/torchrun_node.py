@@ -27,8 +27,10 @@ from typing import IO, TYPE_CHECKING, NamedTuple
 from islab.plan.torchrun import forked_argv, nproc_of, ranks_env, supervised_argv, worker_script
 from islab.run.console import route_line
 from islab.run.failures import (
+    TRACEBACK_SEARCH_LINES,
     cause_named,
     describe_end,
+    failed_rank_lines,
     failed_ranks_from_logs,
     last_exception_line,
     log_tail,
@@ -226,12 +228,12 @@ class TorchrunNode:
         failures = find_failures(self.log_dir, lines, run_dir, self.first_rank)
         exception = failures[0][2] if failures else None
         if failures:
-            log_lines = log_tail(run_dir, failures[0][0], lines=200)
+            log_lines = log_tail(run_dir, failures[0][0], lines=TRACEBACK_SEARCH_LINES)
             exception = exception or last_exception_line(log_lines)
-            if not all_ranks and log_lines and not cause_named(failures[0][1], exception):
-                # The log's last lines first, so that the error itself is the last thing printed.
-                err.write(f"  last lines of {rank_log(run_dir, failures[0][0])}:\n")
-                err.write("".join(f"    {line}\n" for line in log_lines[-15:]))
+            # The rank's traceback (or last lines) first, so that the error itself is the last thing printed.
+            err.write(failed_rank_lines(failures[0][0], str(rank_log(run_dir, failures[0][0])), log_lines,
+                                        self.plan.overrides, shown=all_ranks,
+                                        clueless=not cause_named(failures[0][1], exception)))  # fmt: skip
         pairs = [(rank, code) for rank, code, _ in failures]
         err.write(failure_message(status, pairs, run_dir, self.node.node_rank, exception) + "\n")
         return status

@@ -31,17 +31,20 @@ resumes) plus ``"losses": {name: value}`` where the library gives them cheaply.
 
 The package is split by concept: :mod:`~islab.rundir.layout` (names and paths),
 :mod:`~islab.rundir.interpret` (what a path a user gives means), :mod:`~islab.rundir.progress`
-(``progress.jsonl``) and :mod:`~islab.rundir.records` (every other record). Its API is the names
-imported here: ``from islab import rundir; rundir.latest_checkpoint(run)``.
+(``progress.jsonl``), :mod:`~islab.rundir.records` (every other record) and
+:mod:`~islab.rundir.claim` (a new directory, claimed atomically). Its API is the names imported
+here: ``from islab import rundir; rundir.latest_checkpoint(run)``.
 """
 
 from __future__ import annotations
 
+from islab.rundir.claim import claim_new_dir
 from islab.rundir.interpret import (
     RESUME_FORMS,
     best_checkpoint,
     chosen_checkpoint,
     continued_run_dir,
+    reached_target,
     recorded_returns,
     resume_source,
     run_dir_of,
@@ -95,6 +98,7 @@ from islab.rundir.records import (
     read_digests,
     read_heartbeats,
     read_preflight,
+    read_run_spec,
     read_summary,
     wandb_run_id,
     write_digest,
@@ -135,6 +139,7 @@ __all__ = [
     "best_checkpoint",
     "checkpoint_dir",
     "chosen_checkpoint",
+    "claim_new_dir",
     "continued_run_dir",
     "curves_path",
     "digest_divergence",
@@ -151,10 +156,12 @@ __all__ = [
     "progress_path",
     "rank_log",
     "rank_logs",
+    "reached_target",
     "read_digests",
     "read_heartbeats",
     "read_preflight",
     "read_progress",
+    "read_run_spec",
     "read_summary",
     "recorded_returns",
     "resume_source",

@@ -1,6 +1,7 @@
-"""What a path a user gives means: ``--resume RUN_DIR | FILE`` and play/export's
-``--checkpoint latest | best | PATH`` (torch-free). The one place these are decided: the resolver,
-the planner, the worker and ``play``/``export`` all ask here.
+"""What a path a user gives means: ``--resume RUN_DIR | FILE`` (and whether that run already
+reached its target) and play/export's ``--checkpoint latest | best | PATH`` (torch-free). The one
+place these are decided: the resolver, the planner, the launcher, the worker and
+``play``/``export`` all ask here.
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ from islab.rundir.layout import (
     CHECKPOINTS_DIR,
     LATEST_CHECKPOINT,
     LAUNCH_FILE,
+    SPEC_FILE,
     history_checkpoints,
     latest_checkpoint,
     progress_path,
+    summary_path,
 )
 from islab.rundir.progress import read_progress
+from islab.rundir.records import read_run_spec, read_summary
 
 RESUME_FORMS = f"a checkpoint file nor a run directory with {CHECKPOINTS_DIR}/{LATEST_CHECKPOINT}"  # for messages
 
@@ -39,6 +43,27 @@ def run_dir_of(resume: str) -> Path | None:
         if (candidate / LAUNCH_FILE).is_file():
             return candidate
     return None
+
+
+def reached_target(run_dir: str | Path) -> tuple[int, int] | None:
+    """(iteration, target) when the run's last launch trained to its target and ended there:
+    ``summary.json`` (not a preemption's) at the ``target_iteration`` of ``spec.yaml``, and nothing
+    written since (no newer checkpoint, no later launch's ``spec.yaml``). ``--resume RUN_DIR``
+    alone would have nothing to train. None otherwise, or when the records cannot be read."""
+    summary, spec = read_summary(run_dir), read_run_spec(run_dir)
+    if summary is None or spec is None or "preempted" in summary:
+        return None
+    iteration, target = summary.get("iteration"), spec.get("target_iteration")
+    if not isinstance(iteration, int) or not isinstance(target, int) or iteration < target:
+        return None
+    try:
+        ended = summary_path(run_dir).stat().st_mtime
+        since = [latest_checkpoint(run_dir), Path(run_dir, SPEC_FILE)]
+        if any(path.exists() and path.stat().st_mtime > ended for path in since):
+            return None
+    except OSError:
+        return None
+    return iteration, target
 
 
 def recorded_returns(run_dir: str | Path) -> dict[int, float]:

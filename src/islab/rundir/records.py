@@ -66,6 +66,18 @@ def write_run_spec(run_dir: str | Path, spec: Mapping[str, Any], agent_cfg: Mapp
     write_yaml(Path(run_dir, AGENT_FILE), agent_cfg)
 
 
+def read_run_spec(run_dir: str | Path) -> dict[str, Any] | None:
+    """``spec.yaml`` as rank 0 wrote it at the start of the latest launch; None when it is missing or
+    not a YAML mapping."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(run_dir, SPEC_FILE).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def write_digest(run_dir: str | Path, rank: int, policy_sha256: str, world_size: int) -> Path:
     record = {"rank": rank, "policy_sha256": policy_sha256, "world_size": world_size}
     return write_json(digest_path(run_dir, rank), record)

@@ -49,6 +49,16 @@ def suggest(word: str, candidates: list[str] | tuple[str, ...]) -> str:
     return f"did you mean '{lowered[matches[0]]}'?" if matches else ""
 
 
+def install_extra_hint(extra: str) -> str:
+    """How to install an extra: from the islab-train checkout, as the README's install lines (the
+    package is not on an index), with the user's torch pinned so the extra's dependencies cannot
+    replace the build that matches their CUDA."""
+    return (
+        f"Install it from the islab-train checkout with your torch pinned: echo \"torch==$(python -c 'import torch; "
+        f'print(torch.__version__)\')" > torch-pin.txt && python -m pip install -c torch-pin.txt -e ".[{extra}]"'
+    )
+
+
 def is_secret_name(name: str) -> bool:
     upper = name.upper()
     return any(marker in upper for marker in SECRET_MARKERS)

@@ -20,7 +20,7 @@ from typing import Any
 from islab.doctor.probes import visible_gpu_count
 from islab.plan.plan import RUN_DIR_TIME_FORMAT
 from islab.resolve.resolve import install_extra_hint
-from islab.rundir import write_json
+from islab.rundir import claim_new_dir, write_json
 from islab.spec.issues import Issue, SpecError
 from islab.sweep import dry_run
 from islab.sweep.load import LoadedSweep, fit_issues, load_sweep, parse_sweep
@@ -86,6 +86,7 @@ def sweep_main(
         )
         return 2
     if resume is None:
+        plan = claim_sweep_dir(loaded, plan)
         _write_state(loaded, plan, cwd, sweep_file)
     print(
         f"islab-train sweep: {len(plan.trials)} trial(s), {plan.resources.describe()} each; sweep directory: "
@@ -141,33 +142,36 @@ def _prepare(
                 )
             ) from None
         loaded = load_sweep(resume / SWEEP_COPY, name=state["name"], cluster_file=state["cluster_file"])
-        plan = build_plan(
-            loaded.spec,
-            sweep_dir=str(resume.absolute()),
-            python=state["python"],
-            device=loaded.base.device,
-            nproc_per_node=loaded.base.nproc_per_node,
-            cluster_file=loaded.cluster_file,
-        )
-        return loaded, plan, state["cwd"]
+        return loaded, plan_of(loaded, str(resume.absolute()), state["python"]), state["cwd"]
     assert sweep_file is not None
     loaded = load_sweep(sweep_file)
     stamp = datetime.now().strftime(RUN_DIR_TIME_FORMAT)
     sweep_dir = str(Path(sweep_dir_for(loaded.spec, loaded.name, stamp)).absolute())
-    plan = build_plan(
+    return loaded, plan_of(loaded, sweep_dir, sys.executable), os.getcwd()
+
+
+def plan_of(loaded: LoadedSweep, sweep_dir: str, python: str) -> SweepPlan:
+    """Every trial of a checked sweep, in ``sweep_dir``, run by ``python``."""
+    return build_plan(
         loaded.spec,
         sweep_dir=sweep_dir,
-        python=sys.executable,
+        python=python,
         device=loaded.base.device,
         nproc_per_node=loaded.base.nproc_per_node,
         cluster_file=loaded.cluster_file,
     )
-    return loaded, plan, os.getcwd()
+
+
+def claim_sweep_dir(loaded: LoadedSweep, plan: SweepPlan) -> SweepPlan:
+    """The plan in a sweep directory this new sweep created alone (:func:`islab.rundir.claim_new_dir`):
+    two sweeps of one file started in the same second would otherwise share it, and their trials'
+    run directories with it."""
+    claimed = str(claim_new_dir(plan.sweep_dir))
+    return plan if claimed == plan.sweep_dir else plan_of(loaded, claimed, sys.executable)
 
 
 def _write_state(loaded: LoadedSweep, plan: SweepPlan, cwd: str, sweep_file: Path | None) -> None:
     sweep_dir = Path(plan.sweep_dir)
-    sweep_dir.mkdir(parents=True, exist_ok=True)
     assert sweep_file is not None
     (sweep_dir / SWEEP_COPY).write_text(sweep_file.read_text(encoding="utf-8"), encoding="utf-8")
     write_json(
@@ -212,4 +216,4 @@ def _report(result: dict[str, Any], plan: SweepPlan, *, json_output: bool, inter
     print(f"islab-train sweep: {where / SWEEP_JSON}, summary.md, curves.png", file=sys.stderr)
 
 
-__all__ = ["parse_sweep", "sweep_main"]
+__all__ = ["claim_sweep_dir", "parse_sweep", "sweep_main"]

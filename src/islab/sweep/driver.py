@@ -73,7 +73,12 @@ def refused(issues: Sequence[Issue]) -> int:
 
 
 def run_sweep(loaded: LoadedSweep, plan: SweepPlan, *, address: str | None, cwd: str, board_out: Any = None) -> int:
-    """Run the trials of ``plan`` that have no record yet; returns the exit status."""
+    """Run the trials of ``plan`` that have no record yet; returns the exit status. A resumed sweep
+    whose trials have all ended returns at once: no Ray is imported or started."""
+    records = read_records(plan.sweep_dir)
+    todo = remaining(plan, records)
+    if not todo:
+        return 1 if any(record["status"] == "failed" for record in records.values()) else 0
     if address is not None:
         send_token_if_available(os.environ, Path.home())  # before Ray is imported: it reads the mode then
     import ray
@@ -84,8 +89,6 @@ def run_sweep(loaded: LoadedSweep, plan: SweepPlan, *, address: str | None, cwd:
     # Tune's own result files (CSV, JSON, TensorBoard) duplicate our records, and its TensorBoard
     # logger imports tensorboardX and with it torch: 2 s of the driver before the first trial starts.
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
-    records = read_records(plan.sweep_dir)
-    todo = remaining(plan, records)
     finished = {trial.id for trial in plan.trials} - {trial.id for trial in todo}
     board = TrialBoard(
         plan.trials if loaded.spec.searcher != "optuna" else [t for t in plan.trials if t.id in finished],
@@ -95,9 +98,6 @@ def run_sweep(loaded: LoadedSweep, plan: SweepPlan, *, address: str | None, cwd:
     for trial_id in finished:
         record = records[trial_id]
         board.update(trial_id, status=record["status"], metric=record.get("metric"), node=record.get("node"))
-    if not todo:
-        return 1 if any(record["status"] == "failed" for record in records.values()) else 0
-
     try:
         start_ray(address)
     except SpecError as exc:

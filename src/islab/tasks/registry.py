@@ -33,6 +33,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from types import MappingProxyType
 
+from islab.spec.issues import install_extra_hint
 from islab.tasks.metadata import Describer, ProbeError
 
 ENTRY_POINT_GROUP = "islab.tasks"
@@ -180,7 +181,7 @@ class TaskTable(Mapping[str, TaskInfo]):
         if extra:
             return (
                 f"task {task_id} needs the [{extra}] extra, which is not installed (no module {extra!r})",
-                f"Install islab-train[{extra}]",
+                install_extra_hint(extra),
             )
         self.describe([task_id])
         if task_id in self._infos:

@@ -183,7 +183,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         slurm_job_id=os.environ.get("SLURM_JOB_ID"),  # a requeued job resumes only its own checkpoints
     )
     resumed: dict[str, Any] | None = None
-    if ctx.is_main:
+    # --resume of a run already at its target: nothing to train, and the run's records stay as they
+    # are (the launcher stops such a launch itself when it can tell from summary.json).
+    keep_records = point.reason == "resume" and start_iteration >= point.target_iteration
+    if ctx.is_main and not keep_records:
         rundir.write_run_spec(run_dir, spec, agent_cfg)
 
     adapter = adapter_class(ctx, env, agent_cfg, run_dir)
@@ -275,7 +278,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "world_size": ctx.world_size,
         "run_dir": str(run_dir),
     }
-    if ctx.is_main:
+    if ctx.is_main and not keep_records:
         written = adapter.checkpointer.last_written
         summary[rundir.SUMMARY_CHECKPOINT] = str(written) if written else None
         summary["env_steps_per_s"] = result.env_steps / result.wall_s if result.wall_s > 0 else None
