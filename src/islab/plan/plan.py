@@ -28,6 +28,7 @@ from islab.libs.registry import apply_env_fixes
 from islab.plan import skrl_jax, torchrun
 from islab.plan.launch_plan import LaunchPlan, NodePlan, RankLaunch
 from islab.resolve.isaaclab import tensorboard_root
+from islab.resolve.isaaclab3 import RUN_TIMESTAMP_FORMAT, is_isaaclab3_entry, with_run_timestamp
 from islab.resolve.layers import Source
 from islab.resolve.resolved import ResolvedSpec
 from islab.spec.addresses import join_host_port, split_host_port
@@ -164,13 +165,18 @@ def entry_label(entrypoint: Mapping[str, str]) -> str:
     return _directory_safe(label) if label else kind
 
 
-def entry_argv(spec: RunSpec) -> list[str]:
+def entry_argv(spec: RunSpec, now: datetime | None = None) -> list[str]:
     """What follows torchrun's own options (or skrl's JAX launcher's) for a user entry point:
-    ``PATH ARGS`` (run with the spec's python), ``-m NAME ARGS``, or ``--no-python NAME ARGS``."""
+    ``PATH ARGS`` (run with the spec's python), ``-m NAME ARGS``, or ``--no-python NAME ARGS``.
+    Isaac Lab 3's trainer also gets the launch time ``now`` as its run timestamp, as its own launcher
+    does (one run folder for all ranks: :func:`islab.resolve.isaaclab3.with_run_timestamp`)."""
     assert spec.entrypoint is not None
     ((kind, name),) = spec.entrypoint.items()
     head = {"script": [name], "module": ["-m", name], "command": ["--no-python", name]}[kind]
-    return [*head, *spec.args]
+    args: tuple[str, ...] = spec.args
+    if spec.isaaclab is not None and kind == "script" and is_isaaclab3_entry(name) and now is not None:
+        args = with_run_timestamp(args, now.strftime(RUN_TIMESTAMP_FORMAT))
+    return [*head, *args]
 
 
 def resumes_to_target(resolved: ResolvedSpec) -> bool:
@@ -182,12 +188,12 @@ def resumes_to_target(resolved: ResolvedSpec) -> bool:
     return resolved.spec.resume is not None and not given & {Source.CLI, Source.ENV, Source.FILE}
 
 
-def program_of(spec: RunSpec, run_dir: str, *, to_target: bool = False) -> tuple[str, ...]:
+def program_of(spec: RunSpec, run_dir: str, *, to_target: bool = False, now: datetime | None = None) -> tuple[str, ...]:
     """What each rank runs, after torchrun's options (or as ``python PROGRAM`` for skrl-JAX ranks):
     ``-m islab.worker ARGS`` -- the module form, so no path of this machine is in a command for
-    another node -- or the user's entry point (:func:`entry_argv`)."""
+    another node -- or the user's entry point (:func:`entry_argv`, launched at ``now``)."""
     if spec.entrypoint is not None:
-        return tuple(entry_argv(spec))
+        return tuple(entry_argv(spec, now))
     return ("-m", torchrun.WORKER_MODULE, *worker_args(spec, run_dir, to_target=to_target))
 
 
@@ -274,7 +280,7 @@ def build_plan(
     launcher = spec.launcher
     derived, node0_port = _derive(spec, free_port)
     env = MappingProxyType(plan_env(spec, run_dir))
-    program = program_of(spec, run_dir, to_target=to_target)
+    program = program_of(spec, run_dir, to_target=to_target, now=now)
     node_ranks = [spec.node_rank] if spec.node_rank is not None else list(range(spec.nnodes))
     nodes = []
     for node_rank in node_ranks:

@@ -7,7 +7,8 @@ answers from memory, so each step runs alone without files on disk.
 =========================  ==============================================================
 ``read_cluster_file``      the ``--cluster`` YAML text
 ``resumed_run``            ``--resume``: the run directory and its stored spec (launch.yaml)
-``isaaclab``               ``--isaaclab DIR``: Isaac Lab's train scripts and registered tasks
+``isaaclab``               ``--isaaclab auto|DIR``: where Isaac Lab is (its checkout, or the ranks'
+                           interpreter asked), its version, trainer and registered tasks
 ``add_task_module``        ``--task-module``: its tasks join the registry (read statically)
 ``task_ids``               every task id announced (entry-point metadata and ``--task-module``)
 ``task_default_envs``      a registered task's default environment count
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from islab import rundir
-from islab.resolve import isaaclab as isaaclab_preset
+from islab.resolve.isaaclab_install import DryRunReader, IsaacLabReader
 from islab.resolve.resumed import stored_layer
 from islab.resolve.sources import read_cluster_file
 from islab.spec.agent_config import AgentConfigError, load_agent_config
@@ -49,7 +50,7 @@ from islab.tasks import (
 class Edge(Protocol):
     """What resolution asks of the machine (see the module's table)."""
 
-    isaaclab: Any  # isaaclab_preset's preset_problem / unknown_task_problem / isaaclab_entry
+    isaaclab: Any  # an islab.resolve.isaaclab_install.IsaacLabReader
 
     def read_cluster_file(self, path: Path) -> str: ...
     def resumed_run(self, resume: Any) -> tuple[Path | None, dict[str, tuple[Any, str]]]: ...
@@ -69,7 +70,7 @@ class Edge(Protocol):
 class DiskEdge:
     """The real edge: this machine's files and installed packages."""
 
-    isaaclab = isaaclab_preset
+    isaaclab = IsaacLabReader()
 
     def read_cluster_file(self, path: Path) -> str:
         return read_cluster_file(path)
@@ -129,10 +130,11 @@ class DiskEdge:
 
 class DryRunEdge(DiskEdge):
     """A dry run's edge: the same reads, except that ``--isaaclab DIR`` need not be a checkout on
-    this machine (:class:`islab.resolve.isaaclab.UncheckedTree`; ``warnings`` says what was not checked)."""
+    this machine (:class:`islab.resolve.isaaclab_install.DryRunReader`; ``warnings`` says what was not
+    checked)."""
 
     def __init__(self) -> None:
-        self.isaaclab = isaaclab_preset.UncheckedTree()
+        self.isaaclab = DryRunReader()
 
     @property
     def warnings(self) -> list[str]:

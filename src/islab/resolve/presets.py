@@ -10,9 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from islab.resolve import isaaclab as isaaclab_preset
+from islab.resolve.isaaclab import combination_problem
+from islab.resolve.isaaclab3 import IsaacLab3, isaaclab3_entry
 from islab.spec.issues import Issue, SpecError
-from islab.spec.run_spec import WORKER_ONLY_FIELDS
+from islab.spec.run_spec import WORKER_ONLY_FIELDS, RunSpec
+
+DEFAULT_PYTHON = RunSpec.model_fields["python"].default  # the ranks' interpreter unless --python names one
 
 
 def _preset_issue(field: str, text: str) -> Issue:
@@ -20,19 +23,26 @@ def _preset_issue(field: str, text: str) -> Issue:
     return Issue(field, problem, fix or "See islab-train --help")
 
 
-def apply_isaaclab(
-    merged: dict[str, Any], sources: dict[str, Any], origins: dict[str, str], *, preset: Any = isaaclab_preset
-) -> None:
-    """``--isaaclab DIR``: the entry point becomes Isaac Lab's ``<lib>/train.py`` (see
-    :mod:`islab.resolve.isaaclab`), the preset mapping --task/--num-envs/--seed/--max-iterations to
-    its flags and adding --headless --distributed; the user's ``--`` arguments follow. ``preset``:
-    what reads Isaac Lab's directory (the resolution edge passes it in)."""
+def apply_isaaclab(merged: dict[str, Any], sources: dict[str, Any], origins: dict[str, str], *, preset: Any) -> None:
+    """``--isaaclab auto|DIR``: the entry point becomes Isaac Lab's trainer. Isaac Lab 3 (``auto``: the
+    one installed in the ranks' Python; or a 3.x checkout): what ``isaaclab train_multigpu`` runs per
+    rank (:mod:`islab.resolve.isaaclab3`). A 2.x checkout: its ``<lib>/train.py``
+    (:mod:`islab.resolve.isaaclab`), --task/--num-envs/--seed/--max-iterations as its flags plus
+    --headless --distributed. The user's ``--`` arguments follow. ``preset``: what reads Isaac Lab's
+    files and interpreter (the resolution edge passes it in)."""
     label = origins.get("isaaclab", "isaaclab")
     if merged.get("entrypoint") is not None:
         raise SpecError(Issue(label, "already names the entry point (Isaac Lab's train.py)",
                               f"Drop {origins.get('entrypoint', 'entrypoint')} or the preset"))  # fmt: skip
     directory, lib = str(merged["isaaclab"]), str(merged.get("lib", "rsl_rl"))
     framework = str(merged.get("ml_framework", "torch"))
+    try:
+        install = preset.locate(directory, str(merged.get("python", DEFAULT_PYTHON)), merged.get("env") or {})
+    except ValueError as problem:
+        raise SpecError(_preset_issue(label, str(problem))) from None
+    if install is not None:
+        _apply_isaaclab3(install, merged, sources, origins, preset=preset)
+        return
     problem = preset.preset_problem(directory, lib, framework)
     if problem:
         raise SpecError(_preset_issue(label, problem))
@@ -43,13 +53,7 @@ def apply_isaaclab(
     if problem:
         raise SpecError(_preset_issue(origins.get("task", "task"), problem))
     cpu = merged.get("device") == "cpu"
-    if cpu and _several_ranks(merged):
-        raise SpecError(Issue(
-            origins.get("device", "device"),
-            "Isaac Lab's train.py cannot train on several CPU ranks: with --distributed (which several ranks "
-            "need) it puts the simulation and the agent on cuda:<local rank>, whatever --device says",
-            "Use --gpus N for several ranks, or one CPU rank (--device cpu --nproc 1 --nnodes 1)",
-        ))  # fmt: skip
+    _refuse_cpu_ranks(merged, origins, "Isaac Lab's train.py")
     entry = preset.isaaclab_entry(
         directory, lib, framework, task=str(task), num_envs=merged.pop("num_envs", None),
         seed=merged.get("seed"), max_iterations=merged.pop("max_iterations", None),
@@ -60,6 +64,45 @@ def apply_isaaclab(
     merged["entrypoint"], merged["args"] = {"script": str(entry.script)}, entry.args
     for name in ("entrypoint", "args"):
         sources[name], origins[name] = sources["isaaclab"], label
+
+
+def _apply_isaaclab3(
+    install: IsaacLab3, merged: dict[str, Any], sources: dict[str, Any], origins: dict[str, str], *, preset: Any
+) -> None:
+    """Isaac Lab 3: each rank runs its ``isaaclab_rl/entrypoints/multigpu.py``; the trailing KEY=VALUE
+    arguments are its Hydra overrides (``presets=``, ``physics=``, ``env.…``, ``agent.…``)."""
+    label = origins.get("isaaclab", "isaaclab")
+    lib, framework = str(merged.get("lib", "rsl_rl")), str(merged.get("ml_framework", "torch"))
+    problem = combination_problem(lib, framework) or preset.entry3_problem(install)
+    if problem:
+        raise SpecError(_preset_issue(label, problem))
+    task = merged.pop("task", None)
+    if task is None:
+        raise SpecError(Issue("task", "--isaaclab needs an Isaac Lab task id", "Add e.g. --task Isaac-Cartpole"))
+    problem = preset.unknown_task3_problem(str(task), install)
+    if problem:
+        raise SpecError(_preset_issue(origins.get("task", "task"), problem))
+    cpu = merged.get("device") == "cpu"
+    _refuse_cpu_ranks(merged, origins, "Isaac Lab's trainer")
+    entry = isaaclab3_entry(
+        install, lib, framework, task=str(task), num_envs=merged.pop("num_envs", None), seed=merged.get("seed"),
+        max_iterations=merged.pop("max_iterations", None), overrides=tuple(merged.pop("overrides", None) or ()),
+        extra_args=tuple(merged.get("args") or ()), cpu=cpu,
+    )  # fmt: skip
+    merged["entrypoint"], merged["args"] = {"script": str(entry.script)}, entry.args
+    for name in ("entrypoint", "args"):
+        sources[name], origins[name] = sources["isaaclab"], label
+
+
+def _refuse_cpu_ranks(merged: Mapping[str, Any], origins: Mapping[str, str], trainer: str) -> None:
+    """Several CPU ranks need --distributed, which Isaac Lab turns into cuda:<local rank>."""
+    if merged.get("device") == "cpu" and _several_ranks(merged):
+        raise SpecError(Issue(
+            origins.get("device", "device"),
+            f"{trainer} cannot train on several CPU ranks: with --distributed (which several ranks "
+            "need) it puts the simulation and the agent on cuda:<local rank>, whatever --device says",
+            "Use --gpus N for several ranks, or one CPU rank (--device cpu --nproc 1 --nnodes 1)",
+        ))  # fmt: skip
 
 
 def _several_ranks(merged: Mapping[str, Any]) -> bool:
