@@ -143,9 +143,18 @@ def test_auto_names_what_the_interpreter_lacks(islab, tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     err = _error(islab("--isaaclab", "auto", "--task", "Isaac-Cartpole-v0", "--gpus", "2", "--dry-run"), "--isaaclab")
     assert "isaaclab 2.3.0" in err and "--isaaclab DIR" in err
-    err = _error(islab("--isaaclab", "auto", "--python", str(tmp_path / "nope"), "--task", "T", "--gpus", "1",
-                       "--dry-run"), "--isaaclab")  # fmt: skip
+    # a real launch needs the interpreter; a plan for another machine (dry run, sbatch, k8s) says so
+    elsewhere = str(tmp_path / "nope")
+    err = _error(islab("--isaaclab", "auto", "--python", elsewhere, "--task", "T", "--gpus", "1"), "--isaaclab")
     assert "could not run" in err
+    code, out, err = islab("--isaaclab", "auto", "--python", elsewhere, "--task", "T", "--gpus", "1", "--dry-run",
+                           "--json")  # fmt: skip
+    argv = json.loads(out)["nodes"][0]["argv"]
+    assert code == 0 and f"<site-packages of {elsewhere}>/isaaclab_rl/entrypoints/multigpu.py" in argv
+    assert err.startswith(f"warning: --isaaclab auto: {elsewhere} is not on this machine"), err
+    code, out, err = islab("k8s", "--isaaclab", "auto", "--python", elsewhere, "--task", "T", "--gpus", "1",
+                           "--image", "nvcr.io/nvidia/isaac-lab:3.0.0")  # fmt: skip
+    assert code == 0 and "--isaaclab" in out and "is not on this machine" in err
 
 
 def test_the_probe_reports_an_installs_version_and_external_task_packages(tmp_path):

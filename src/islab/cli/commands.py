@@ -217,7 +217,7 @@ def sbatch_command(ctx: typer.Context, **options: Any) -> None:
         hosts = tuple(f"node{index}" for index in range(nnodes))
         return slurm.Allocation(1, nnodes, 0, hosts, "SLURM_JOB_NODELIST", "SLURM_NNODES").layer(chosen)
 
-    spec = resolve(ctx, {**options, "slurm": None}, slurm_layer=planned_allocation).spec
+    spec = resolve(ctx, {**options, "slurm": None}, slurm_layer=planned_allocation, elsewhere=True).spec
     log_dir = Path(spec.log_dir).absolute()
     gpus_per_node = spec.nproc_per_node if spec.device == "cuda" else 0
     cpus = options["cpus_per_task"] or (spec.nproc_per_node if spec.device == "cpu" else 4 * spec.nproc_per_node)

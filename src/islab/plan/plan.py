@@ -323,8 +323,14 @@ def build_plan(
         events_library=spec.lib if spec.isaaclab or spec.mjlab else None,  # mjlab: <cwd>/logs/rsl_rl
         events_not_before=now.timestamp() - 1 if spec.entrypoint is not None else None,
         hang_timeout_s=hang_timeout_of(spec),
-        forked_ranks=launcher == torchrun.NAME and spec.entrypoint is None and spec.device == "cpu",
+        forked_ranks=forked_ranks(spec),
     )
+
+
+def forked_ranks(spec: RunSpec) -> bool:
+    """Ranks forked from torchrun's agent (:mod:`islab.plan.torchrun`): our worker on CPU ranks,
+    unless the user chose torchrun's start method."""
+    return spec.launcher == torchrun.NAME and spec.entrypoint is None and spec.device == "cpu" and not spec.start_method
 
 
 def _meeting_point(derived: Mapping[str, str]) -> tuple[str | None, str | None]:

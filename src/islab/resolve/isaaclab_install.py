@@ -59,6 +59,10 @@ class PresetProblem(ValueError):
     """``<problem>. <fix>`` of a preset that cannot run (the preset step names the field)."""
 
 
+class InterpreterMissing(PresetProblem):
+    """``--python`` cannot be run on this machine (a job written here for another machine)."""
+
+
 def checkout_version(root: Path) -> str | None:
     """The release in a checkout's ``VERSION`` file (``3.0.0``), None without one."""
     try:
@@ -112,7 +116,8 @@ def probe_python(python: str, environ: Mapping[str, str]) -> Mapping[str, object
         done = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
                               env=dict(environ), check=False)  # fmt: skip
     except (OSError, subprocess.SubprocessError) as exc:
-        raise PresetProblem(f"auto could not run {python} ({exc}). Point --python at the ranks' interpreter") from None
+        problem = f"auto could not run {python} ({exc}). Point --python at the ranks' interpreter"
+        raise InterpreterMissing(problem) from None
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise PresetProblem(f"auto: {python} failed to report its packages ({last}). Check --python")
@@ -155,22 +160,32 @@ class IsaacLabReader:
 
 
 class DryRunReader(IsaacLabReader):
-    """A dry run's reader: a 2.x ``DIR`` need not be a checkout here (one warning line in
-    ``unchecked``); an Isaac Lab 3 install is read as in a real launch, its entry file unchecked."""
+    """The reader of a plan for another machine (a dry run, ``sbatch``, ``k8s``): a 2.x ``DIR`` need not
+    be a checkout here, an Isaac Lab 3 entry file need not exist here, and ``auto`` with a ``--python``
+    that is not on this machine plans a stand-in for its trainer's path with the task id unchecked --
+    each said in one warning line (``unchecked``). Where things can be read, they are checked as in a
+    real launch, which checks everything again."""
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         super().__init__(environ)
-        self.unchecked: list[str] = []
         self._tree = isaaclab2.UncheckedTree()
+        self.unchecked: list[str] = self._tree.unchecked  # one list: the 2.x tree's warnings and ours
+
+    def locate(self, value: str, python: str, env: Mapping[str, str]) -> IsaacLab3 | None:
+        try:
+            return super().locate(value, python, env)
+        except InterpreterMissing:
+            self.unchecked.append(f"warning: --isaaclab auto: {python} is not on this machine; planned Isaac Lab 3 "
+                                  "without it (trainer path shown as a stand-in, task id not checked; the node's "
+                                  "islab-train finds and checks both)")  # fmt: skip
+            return IsaacLab3("3", Path(f"<site-packages of {python}>") / ENTRY_FILE, (), f"isaaclab in {python}")
 
     def preset_problem(self, isaaclab_dir: str | Path, library: str, ml_framework: str = "torch") -> str | None:  # type: ignore[override]
-        problem = self._tree.preset_problem(isaaclab_dir, library, ml_framework)
-        self.unchecked[:] = self._tree.unchecked
-        return problem
+        return self._tree.preset_problem(isaaclab_dir, library, ml_framework)
 
     def entry3_problem(self, install: IsaacLab3) -> str | None:
         problem = super().entry3_problem(install)
-        if problem is not None:
+        if problem is not None and not str(install.entry).startswith("<"):  # a stand-in is said already
             self.unchecked.append(f"warning: --isaaclab: {install.entry} is not on this machine; planned without "
                                   "checking it (a real launch checks it)")  # fmt: skip
         return None
