@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_results import dry_run_json as _plan
+from cli_results import one_error as _error
 from paths import FIXTURES
 
 from islab.resolve.isaaclab3 import with_run_timestamp
@@ -25,19 +27,6 @@ EDITABLE = [str(TREE3 / "source" / name) for name in ("isaaclab", "isaaclab_rl",
 STAMP = re.compile(r"--run_timestamp=(\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2})")
 
 pytestmark = pytest.mark.usefixtures("clean_environment")
-
-
-def _plan(islab, *args):
-    code, out, err = islab("--dry-run", "--json", *args)
-    assert code == 0, err
-    return json.loads(out)
-
-
-def _error(result, field):
-    code, out, err = result
-    assert code == 2 and out == "", (code, out, err)
-    assert len(err.strip().splitlines()) == 1 and err.startswith(f"error: {field}"), err
-    return err
 
 
 def _rank_argv(plan):

@@ -123,9 +123,7 @@ def isaaclab_entry(
     script = train_script(isaaclab_dir, library)
     args = ["--rl_library", library] if _is_unified(script) else []  # the unified script's selector
     args += ["--task", task]
-    for option, value in (("--num_envs", num_envs), ("--seed", seed), ("--max_iterations", max_iterations)):
-        if value is not None:
-            args += [option, str(value)]
+    args += trainer_flags(num_envs, seed, max_iterations)
     args += ["--headless"]
     if distributed and "--distributed" not in extra_args:
         args += ["--distributed"]
@@ -133,6 +131,12 @@ def isaaclab_entry(
         args += ["--ml_framework", "jax"]
     args += list(extra_args)
     return PresetEntry(script, tuple(args))
+
+
+def trainer_flags(num_envs: int | None, seed: int | None, max_iterations: int | None) -> list[str]:
+    """``[--num_envs N] [--seed S] [--max_iterations M]``: the names of Isaac Lab's trainers, 2.x and 3.x."""
+    values = (("--num_envs", num_envs), ("--seed", seed), ("--max_iterations", max_iterations))
+    return [item for option, value in values if value is not None for item in (option, str(value))]
 
 
 def tensorboard_root(library: str, working_dir: str | Path) -> Path:

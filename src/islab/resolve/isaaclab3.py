@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
-from islab.resolve.isaaclab import PresetEntry, closest_task_id
+from islab.resolve.isaaclab import PresetEntry, closest_task_id, trainer_flags
 from islab.resolve.isaaclab_renames import renamed_task
 
 ENTRY_FILE = PurePath("isaaclab_rl", "entrypoints", "multigpu.py")  # below the package's parent
@@ -82,10 +82,7 @@ def isaaclab3_entry(
 ) -> PresetEntry:
     """The per-rank argv of ``isaaclab train_multigpu`` for these options (see the module docstring),
     without the run timestamp. ``cpu``: one CPU rank (no ``--distributed``)."""
-    args = ["--rl_library", library, "--task", task]
-    for option, value in (("--num_envs", num_envs), ("--seed", seed), ("--max_iterations", max_iterations)):
-        if value is not None:
-            args += [option, str(value)]
+    args = ["--rl_library", library, "--task", task, *trainer_flags(num_envs, seed, max_iterations)]
     given = {_key_of(arg) for arg in (*overrides, *extra_args)}
     if cpu:
         args += ["--device", "cpu", *(item for item in CPU_AGENT_OVERRIDES[library] if _key_of(item) not in given)]

@@ -7,10 +7,10 @@ Each function works on the merged layers of :func:`islab.resolve.resolve.resolve
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from islab.resolve.isaaclab import combination_problem
+from islab.resolve.isaaclab import PresetEntry, combination_problem
 from islab.resolve.isaaclab3 import IsaacLab3, isaaclab3_entry
 from islab.spec.issues import Issue, SpecError
 from islab.spec.run_spec import WORKER_ONLY_FIELDS, RunSpec
@@ -46,24 +46,17 @@ def apply_isaaclab(merged: dict[str, Any], sources: dict[str, Any], origins: dic
     problem = preset.preset_problem(directory, lib, framework)
     if problem:
         raise SpecError(_preset_issue(label, problem))
-    task = merged.pop("task", None)
-    if task is None:
-        raise SpecError(Issue("task", "--isaaclab needs an Isaac Lab task id", "Add e.g. --task Isaac-Cartpole-v0"))
-    problem = preset.unknown_task_problem(str(task), directory)
-    if problem:
-        raise SpecError(_preset_issue(origins.get("task", "task"), problem))
+    task = _preset_task(merged, origins, lambda task: preset.unknown_task_problem(task, directory), "Isaac-Cartpole-v0")
     cpu = merged.get("device") == "cpu"
     _refuse_cpu_ranks(merged, origins, "Isaac Lab's train.py")
     entry = preset.isaaclab_entry(
-        directory, lib, framework, task=str(task), num_envs=merged.pop("num_envs", None),
+        directory, lib, framework, task=task, num_envs=merged.pop("num_envs", None),
         seed=merged.get("seed"), max_iterations=merged.pop("max_iterations", None),
         # AppLauncher defaults to cuda:0: a CPU rank must say so, and run without --distributed, which
         # would move it to cuda:0 (the user's flags after -- come last and win)
         extra_args=(*(["--device", "cpu"] if cpu else []), *(merged.get("args") or ())), distributed=not cpu,
     )  # fmt: skip
-    merged["entrypoint"], merged["args"] = {"script": str(entry.script)}, entry.args
-    for name in ("entrypoint", "args"):
-        sources[name], origins[name] = sources["isaaclab"], label
+    _set_entry(entry, merged, sources, origins)
 
 
 def _apply_isaaclab3(
@@ -76,22 +69,35 @@ def _apply_isaaclab3(
     problem = combination_problem(lib, framework) or preset.entry3_problem(install)
     if problem:
         raise SpecError(_preset_issue(label, problem))
-    task = merged.pop("task", None)
-    if task is None:
-        raise SpecError(Issue("task", "--isaaclab needs an Isaac Lab task id", "Add e.g. --task Isaac-Cartpole"))
-    problem = preset.unknown_task3_problem(str(task), install)
-    if problem:
-        raise SpecError(_preset_issue(origins.get("task", "task"), problem))
+    task = _preset_task(merged, origins, lambda task: preset.unknown_task3_problem(task, install), "Isaac-Cartpole")
     cpu = merged.get("device") == "cpu"
     _refuse_cpu_ranks(merged, origins, "Isaac Lab's trainer")
     entry = isaaclab3_entry(
-        install, lib, framework, task=str(task), num_envs=merged.pop("num_envs", None), seed=merged.get("seed"),
+        install, lib, framework, task=task, num_envs=merged.pop("num_envs", None), seed=merged.get("seed"),
         max_iterations=merged.pop("max_iterations", None), overrides=tuple(merged.pop("overrides", None) or ()),
         extra_args=tuple(merged.get("args") or ()), cpu=cpu,
     )  # fmt: skip
+    _set_entry(entry, merged, sources, origins)
+
+
+def _preset_task(
+    merged: dict[str, Any], origins: Mapping[str, str], unknown_problem: Callable[[str], str | None], example: str
+) -> str:
+    """The task id the preset hands Isaac Lab (taken out of the spec: our worker's field), checked."""
+    task = merged.pop("task", None)
+    if task is None:
+        raise SpecError(Issue("task", "--isaaclab needs an Isaac Lab task id", f"Add e.g. --task {example}"))
+    problem = unknown_problem(str(task))
+    if problem:
+        raise SpecError(_preset_issue(origins.get("task", "task"), problem))
+    return str(task)
+
+
+def _set_entry(entry: PresetEntry, merged: dict[str, Any], sources: dict[str, Any], origins: dict[str, str]) -> None:
+    """The preset's entry point and arguments, from where ``isaaclab`` came from."""
     merged["entrypoint"], merged["args"] = {"script": str(entry.script)}, entry.args
     for name in ("entrypoint", "args"):
-        sources[name], origins[name] = sources["isaaclab"], label
+        sources[name], origins[name] = sources["isaaclab"], origins.get("isaaclab", "isaaclab")
 
 
 def _refuse_cpu_ranks(merged: Mapping[str, Any], origins: Mapping[str, str], trainer: str) -> None:
