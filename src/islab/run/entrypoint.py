@@ -63,6 +63,9 @@ class RankLogWriter:
             self._files.clear()
 
 
-def events_reader(root: str, library: str | None, not_before: float | None) -> TensorBoardProgress:
-    """A reader of the entry point's TensorBoard events (``library`` None: detected from the tags)."""
-    return TensorBoardProgress(Path(root), library, not_before=not_before)
+def events_reader(
+    root: str, library: str | None, not_before: float | None, owners: Callable[[Path], bool] | None = None
+) -> TensorBoardProgress:
+    """A reader of the entry point's TensorBoard events (``library`` None: detected from the tags;
+    ``owners``: which files under a shared ``root`` are this job's, see :mod:`islab.run.event_owners`)."""
+    return TensorBoardProgress(Path(root), library, not_before=not_before, owners=owners)

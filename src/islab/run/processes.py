@@ -350,9 +350,11 @@ def watch(
     on_line: Callable[[int | None, str], None],
     overdue: Callable[[], bool],
     hung: Callable[[set[int]], bool] | None = None,
+    on_tick: Callable[[set[int]], None] | None = None,
 ) -> Outcome:
     """Run ``children`` to the end (see the module docstring) and report how they ended.
-    ``hung`` gets the pids of the job's live processes on every tick; True stops the job."""
+    ``hung`` gets the pids of the job's live processes on every tick; True stops the job. ``on_tick``
+    gets them too, before the view reads progress (:class:`islab.run.event_owners.JobEventFiles`)."""
     children = list(children)
     outcome = Outcome(tails=[deque(maxlen=child.tail_lines) for child in children])
     signalled_at: list[float] = []
@@ -372,8 +374,10 @@ def watch(
             groups.escalate_if_signalled(signalled_at)
             ticked = time.monotonic() - last_tick >= TICK_INTERVAL_S
             if ticked:
-                view.tick()
                 groups.track()
+                if on_tick is not None:
+                    on_tick(groups.live_pids())
+                view.tick()
                 last_tick = time.monotonic()
             if groups.received is None and outcome.first_failed is None and not (outcome.overdue or outcome.hung):
                 failed = next((i for i, p in enumerate(processes) if p.returncode not in (None, 0)), None)

@@ -39,6 +39,7 @@ from typing import IO, Any
 from islab.plan.launch_plan import LaunchPlan
 from islab.run.console import ConsolePolicy, RunView, finish, resume_command
 from islab.run.entrypoint import RankLogWriter, events_reader
+from islab.run.event_owners import JobEventFiles
 from islab.run.failures import known_failure_lines
 from islab.run.hangs import HangWatch
 from islab.run.processes import watch
@@ -84,10 +85,13 @@ def run_plan(
     err = stderr or sys.stderr
     options = console or ConsoleOptions()
     runner = NODE_RUNNERS[plan.launcher](plan, node)
-    on_line, logs, reader = runner.observe, None, None
+    on_line, logs, reader, owners = runner.observe, None, None, None
     if plan.entrypoint:  # a user's script: we write its rank logs and read its TensorBoard events
         logs = RankLogWriter(plan.run_dir, getattr(runner, "first_rank", None))
-        reader = events_reader(plan.events_root or plan.run_dir, plan.events_library, plan.events_not_before)
+        root = plan.events_root or plan.run_dir
+        # A preset's trainer writes under <cwd>/logs/<lib>, shared with any other run started there
+        owners = JobEventFiles(root) if root != plan.run_dir else None
+        reader = events_reader(root, plan.events_library, plan.events_not_before, owners and owners.owns)
 
         def on_line(rank: int | None, line: str) -> None:
             logs(rank, line)
@@ -105,7 +109,7 @@ def run_plan(
         outcome = watch(
             runner.children(), grace_s=grace_s, preempt_grace_s=preempt_grace_s, out=out, err=err, view=view,
             policy=ConsolePolicy(all_ranks=options.all_ranks), fail_fast=runner.fail_fast,
-            on_line=on_line, overdue=runner.overdue, hung=hangs,
+            on_line=on_line, overdue=runner.overdue, hung=hangs, on_tick=owners and owners.observe,
         )  # fmt: skip
         preempted = preemption_since(plan.run_dir, started)
         if preempted is not None and outcome.received in (None, *PREEMPT_SIGNALS):

@@ -140,29 +140,29 @@ def _prepare(
                     "Give the directory a sweep printed at its start (logs/sweeps/<name>/<time>)",
                 )
             ) from None
-        loaded = load_sweep(resume / SWEEP_COPY, name=state["name"], cluster_file=state["cluster_file"])
-        plan = build_plan(
-            loaded.spec,
-            sweep_dir=str(resume.absolute()),
-            python=state["python"],
-            device=loaded.base.device,
-            nproc_per_node=loaded.base.nproc_per_node,
-            cluster_file=loaded.cluster_file,
+        loaded = load_sweep(
+            resume / SWEEP_COPY, name=state["name"], cluster_file=state["cluster_file"], workdir=state["cwd"]
         )
-        return loaded, plan, state["cwd"]
+        return loaded, plan_of(loaded, str(resume.absolute()), state["python"]), state["cwd"]
     assert sweep_file is not None
     loaded = load_sweep(sweep_file)
     stamp = datetime.now().strftime(RUN_DIR_TIME_FORMAT)
     sweep_dir = str(Path(sweep_dir_for(loaded.spec, loaded.name, stamp)).absolute())
-    plan = build_plan(
+    return loaded, plan_of(loaded, sweep_dir, sys.executable), os.getcwd()
+
+
+def plan_of(loaded: LoadedSweep, sweep_dir: str, python: str) -> SweepPlan:
+    """Every trial of a checked sweep, in ``sweep_dir``, run by ``python``."""
+    return build_plan(
         loaded.spec,
         sweep_dir=sweep_dir,
-        python=sys.executable,
+        python=python,
         device=loaded.base.device,
         nproc_per_node=loaded.base.nproc_per_node,
         cluster_file=loaded.cluster_file,
+        search_as_args=loaded.search_as_args,
+        own_cwd=loaded.own_cwd,
     )
-    return loaded, plan, os.getcwd()
 
 
 def _write_state(loaded: LoadedSweep, plan: SweepPlan, cwd: str, sweep_file: Path | None) -> None:
