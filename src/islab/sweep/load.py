@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from islab.resolve.isaaclab_install import AUTO as ISAACLAB_AUTO
 from islab.resolve.resolve import Provided, ResolvedSpec, resolve_spec
 from islab.spec.issues import Issue, SpecError, suggest
 from islab.spec.run_spec import RunSpec
@@ -41,8 +42,6 @@ SWEEP_KEYS = tuple(SweepSpec.model_fields)
 # Isaac Lab's Hydra overrides: the roots of its config, and Isaac Lab 3's preset selectors
 ISAACLAB_HYDRA_ROOTS = ("env.", "agent.")
 ISAACLAB_SELECTORS = ("physics", "presets", "renderer")
-# `isaaclab: auto`: the Isaac Lab installed in the ranks' Python (no directory to make absolute)
-ISAACLAB_AUTO = "auto"
 
 
 @dataclass(frozen=True)
@@ -166,7 +165,7 @@ def absolute_paths(run: Mapping[str, Any], workdir: str) -> dict[str, Any]:
     run in a working directory of its own (:attr:`islab.sweep.trials.Trial.cwd`)."""
     fixed = dict(run)
     isaaclab = fixed.get("isaaclab")
-    if isinstance(isaaclab, str) and isaaclab != ISAACLAB_AUTO:
+    if isinstance(isaaclab, str) and isaaclab != ISAACLAB_AUTO:  # auto: the ranks' installed Isaac Lab, no directory
         fixed["isaaclab"] = os.path.join(workdir, os.path.expanduser(isaaclab))
     python = fixed.get("python")
     if isinstance(python, str) and os.sep in python:
