@@ -247,8 +247,10 @@ OPTIONS: tuple[Option, ...] = (
            "checkpoint_interval", int, "Default: {}.", metavar="N"),
     Option("--hang-timeout", "Stop the job (exit 1) when no rank finishes a training iteration for this long "
            "(counted from the first finished iteration): every rank first dumps its thread stacks into its log, and "
-           "the error names the ranks that are behind and where they are stuck. islab's worker only, not a --script "
-           "/ --module / --command or a preset. 0 disables.", PANEL_OUTPUT, "hang_timeout_s", int,
+           "the error names the ranks that are behind and where they are stuck. Isaac Lab's and mjlab's trainers "
+           "are watched through their TensorBoard events (keep it above their flush interval, 120 s for rl_games "
+           "and skrl); a --script / --module / --command only when given. 0 disables.", PANEL_OUTPUT,
+           "hang_timeout_s", int,
            f"Default: {HANG_TIMEOUT_RDZV_FACTOR} x --rdzv-timeout, at least {MIN_DEFAULT_HANG_TIMEOUT_S} "
            f"({default_hang_timeout(TORCHRUN_STATIC_RDZV_TIMEOUT_S)} for a static rendezvous).", metavar="SECONDS"),
     Option("--logger", "Where rank 0 logs each iteration (env steps, mean return, steps/s, losses). The "

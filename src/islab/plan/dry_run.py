@@ -69,7 +69,9 @@ def format_text(plan: LaunchPlan, resolved: ResolvedSpec) -> str:
     rows = [row for row in resolved.explain() if row[0] not in AGENT_OPTION_FIELDS or row[1] not in (None, False)]
     width = max(len(name) for name, _, _ in rows)
     for name, value, source in rows:
-        if (name in WORKER_ONLY_FIELDS) if spec.entrypoint is not None else name in ("entrypoint", "args"):
+        if name == "hang_timeout_s" and plan.hang_timeout_s:
+            pass  # the hang watch reads an entry point's TensorBoard events (islab.run.event_hangs)
+        elif (name in WORKER_ONLY_FIELDS) if spec.entrypoint is not None else name in ("entrypoint", "args"):
             continue  # a user entry point ignores the worker's fields; the worker has no entry point
         origin = resolved.origins.get(name)
         detail = f"source: {source.value}" + (f", {origin}" if origin and source.value != "file" else "")

@@ -73,11 +73,15 @@ def rendezvous_timeout_of(spec: RunSpec) -> int:
 
 
 def hang_timeout_of(spec: RunSpec) -> int:
-    """Seconds without progress before the job counts as hung; 0: not watched (a user's entry
-    point writes no heartbeats)."""
-    if spec.entrypoint is not None:
+    """Seconds without progress before the job counts as hung; 0: not watched. Our worker reports
+    every iteration (heartbeats); Isaac Lab's and mjlab's trainers through their TensorBoard events
+    (:mod:`islab.run.event_hangs`), watched by default too; a user's entry point only when
+    ``--hang-timeout`` is given (a script may well stop writing events for a long evaluation)."""
+    if spec.hang_timeout_s is not None:
+        return spec.hang_timeout_s
+    if spec.entrypoint is not None and spec.isaaclab is None and not spec.mjlab:
         return 0
-    return spec.hang_timeout_s if spec.hang_timeout_s is not None else default_hang_timeout(rendezvous_timeout_of(spec))
+    return default_hang_timeout(rendezvous_timeout_of(spec))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -301,7 +305,7 @@ def build_plan(
             nodes.append(NodePlan(node_rank, torchrun.node_argv(spec, node_rank, derived, program), env))
     if spec.rendezvous.timeout_s is None:
         derived = {**derived, "rendezvous.timeout_s": str(rendezvous_timeout_of(spec))}
-    if spec.hang_timeout_s is None and spec.entrypoint is None:
+    if spec.hang_timeout_s is None and hang_timeout_of(spec):
         derived = {**derived, "hang_timeout_s": str(hang_timeout_of(spec))}
     address, kind = _meeting_point(derived)
     return LaunchPlan(

@@ -12,8 +12,9 @@ behind are named with the innermost frame of their main thread (:func:`innermost
 poll loop stops the job; islab-train exits 1.
 
 A user's entry point (``--script``/``--module``/``--command``, the presets) writes no heartbeats:
-the hang watch applies to our worker only. Each node watches its own ranks (it can only signal
-those); on several nodes, every node whose ranks wait for a stuck peer reports its own.
+its hang watch reads its TensorBoard events instead (:mod:`islab.run.event_hangs`). Each node
+watches its own ranks (it can only signal those); on several nodes, every node whose ranks wait for
+a stuck peer reports its own.
 
 Pure parts (:func:`innermost_frame`, :func:`ranks_behind`, :func:`hang_message`) are separate from
 the process work, which needs only ``os.kill`` and the rank logs: no torch.
@@ -55,10 +56,11 @@ class Frame:
         return f"{self.file}:{self.line} in {self.function}"
 
 
-def innermost_frame(dump: str, thread: int | None = None) -> Frame | None:
+def innermost_frame(dump: str, thread: int | None = None, *, oldest: bool = False) -> Frame | None:
     """The innermost frame of ``thread`` (faulthandler's id, ``threading.get_ident()``) in the last
     faulthandler dump of ``dump``; without it (or when that thread is not in the dump), of the
-    "Current thread" block, else of the dump's last thread (the oldest: the main thread)."""
+    "Current thread" block, else of the dump's last thread (the oldest: the main thread). ``oldest``:
+    the last thread's, whichever thread was current (a fatal signal lands on any thread)."""
     blocks: list[tuple[int, bool, list[Frame]]] = []
     for line in dump.splitlines():
         header = _THREAD.match(line)
@@ -75,6 +77,8 @@ def innermost_frame(dump: str, thread: int | None = None) -> Frame | None:
     if not with_frames:
         return None
     chosen = next((block for block in with_frames if block[0] == thread), None)
+    if oldest:
+        chosen = chosen or with_frames[-1]
     chosen = chosen or next((block for block in with_frames if block[1]), None) or with_frames[-1]
     return chosen[2][0]
 

@@ -122,6 +122,12 @@ def _walk_children(roots: Iterable[int], proc: Path) -> dict[int, int] | None:
     return found
 
 
+def parent_pid(pid: int, proc: Path = Path("/proc")) -> int | None:
+    """The parent of a live process, None when it is gone."""
+    stat = _read_stat(pid, proc)
+    return stat[0] if stat is not None else None
+
+
 def _read_stat(pid: int, proc: Path = Path("/proc")) -> tuple[int, int] | None:
     """(parent pid, start time in clock ticks) of a live, non-zombie process, else None."""
     try:

@@ -18,7 +18,9 @@ the one poll loop of :mod:`islab.run.processes`:
   ``rendezvous.timeout_s`` end the run with one message naming the timeout and the address.
 * **Hangs are named.** With our worker, ranks that finish no iteration for ``hang_timeout_s``
   dump their stacks to their logs, the job is stopped and one message names the ranks that are
-  behind and where they are stuck (:mod:`islab.run.hangs`); islab-train exits 1.
+  behind and where they are stuck (:mod:`islab.run.hangs`); islab-train exits 1. An entry point's
+  progress is its TensorBoard events, its ranks' stacks come from faulthandler switched on through
+  their environment, or py-spy (:mod:`islab.run.event_hangs`).
 * **The console is ours.** By default only rank 0's stderr passes (``--all-ranks``: everything,
   prefixed ``[rank R]``), the ranks' full output being in their log files. On the node that hosts
   rank 0 a :class:`~islab.run.console.RunView` draws the progress and, after a successful
@@ -39,6 +41,7 @@ from typing import IO, Any
 from islab.plan.launch_plan import LaunchPlan
 from islab.run.console import ConsolePolicy, RunView, finish, resume_command
 from islab.run.entrypoint import RankLogWriter, events_reader
+from islab.run.event_hangs import EventHangWatch, with_fault_handler
 from islab.run.event_owners import JobEventFiles
 from islab.run.failures import known_failure_lines
 from islab.run.hangs import HangWatch
@@ -80,6 +83,8 @@ def run_plan(
     console: ConsoleOptions | None = None,
 ) -> int:
     """Run ``node_rank``'s part of ``plan`` to the end; return the exit status for islab-train."""
+    if plan.entrypoint and plan.hang_timeout_s:  # a hung entry point's ranks dump their stacks on SIGABRT
+        plan = with_fault_handler(plan, os.environ)
     node = plan.node(node_rank)
     out = stdout or sys.stdout
     err = stderr or sys.stderr
@@ -102,8 +107,13 @@ def run_plan(
         interval_s=options.interval_s, reader=reader, last_line=logs and (lambda: logs.rank0_last),
     )  # fmt: skip
     explanation = io.StringIO()
-    # Our worker's ranks write heartbeats; a user's entry point does not (plan.hang_timeout_s is 0).
-    hangs = HangWatch(plan.run_dir, plan.hang_timeout_s) if plan.hang_timeout_s and not plan.entrypoint else None
+    # Our worker's ranks write heartbeats; an entry point's progress is its TensorBoard events.
+    hangs: Any = None
+    if plan.hang_timeout_s and not plan.entrypoint:
+        hangs = HangWatch(plan.run_dir, plan.hang_timeout_s)
+    elif plan.hang_timeout_s:
+        own = events_reader(root, plan.events_library, plan.events_not_before, owners and owners.owns)
+        hangs = EventHangWatch(plan.run_dir, plan.hang_timeout_s, own)
     started = time.time()
     try:
         outcome = watch(
