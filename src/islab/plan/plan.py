@@ -29,6 +29,7 @@ from islab.plan import skrl_jax, torchrun
 from islab.plan.launch_plan import LaunchPlan, NodePlan, RankLaunch
 from islab.resolve.isaaclab import tensorboard_root
 from islab.resolve.isaaclab3 import RUN_TIMESTAMP_FORMAT, is_isaaclab3_entry, with_run_timestamp
+from islab.resolve.isaaclab_resume import option_value
 from islab.resolve.layers import Source
 from islab.resolve.resolved import ResolvedSpec
 from islab.spec.addresses import join_host_port, split_host_port
@@ -124,22 +125,11 @@ def what_ran(spec: RunSpec) -> tuple[str, str]:
     if spec.entrypoint is None:
         return spec.lib, spec.task
     if spec.isaaclab is not None:
-        return f"isaaclab-{spec.lib}", _directory_safe(_option_value(spec.args, "--task") or "task")
+        return f"isaaclab-{spec.lib}", _directory_safe(option_value(spec.args, "--task") or "task")
     if spec.mjlab:  # the preset puts mjlab's task id first
         return "mjlab", _directory_safe(spec.args[0] if spec.args else "task")
     ((kind, _),) = spec.entrypoint.items()
     return kind, entry_label(spec.entrypoint)
-
-
-def _option_value(args: tuple[str, ...], option: str) -> str | None:
-    """The last value of ``option`` (``--opt V`` or ``--opt=V``) in ``args``: argparse keeps the last."""
-    found = None
-    for index, arg in enumerate(args):
-        if arg == option and index + 1 < len(args):
-            found = args[index + 1]
-        elif arg.startswith(f"{option}="):
-            found = arg.partition("=")[2]
-    return found
 
 
 def _directory_safe(name: str) -> str:
@@ -327,6 +317,7 @@ def build_plan(
         events_library=spec.lib if spec.isaaclab or spec.mjlab else None,  # mjlab: <cwd>/logs/rsl_rl
         events_not_before=now.timestamp() - 1 if spec.entrypoint is not None else None,
         hang_timeout_s=hang_timeout_of(spec),
+        isaaclab=spec.isaaclab is not None,
         forked_ranks=forked_ranks(spec),
     )
 

@@ -18,6 +18,8 @@ answers from memory, so each step runs alone without files on disk.
 ``configured_libraries``   which libraries the task has an agent config for
 ``rollout_problem``        the agent config takes the overrides and gives a rollout length
 ``rollout_length``         that rollout length, which the planner's budget counts with
+``trainer_checkpoint``     ``--resume`` of an Isaac Lab run: its trainer's newest complete checkpoint
+``working_directory``      where the ranks start (Isaac Lab 2.x's rsl_rl resumes from ./logs only)
 =========================  ==============================================================
 
 What the schema and the planner need of the machine reaches them as the plain values these return
@@ -35,6 +37,7 @@ from islab import rundir
 from islab.resolve.isaaclab_install import DryRunReader, IsaacLabReader
 from islab.resolve.resumed import stored_layer
 from islab.resolve.sources import read_cluster_file
+from islab.rundir.trainer_runs import TrainerCheckpoint, newest_checkpoint
 from islab.spec.agent_config import AgentConfigError, load_agent_config
 from islab.spec.budget import rollout_length
 from islab.tasks import (
@@ -65,6 +68,8 @@ class Edge(Protocol):
     def rollout_problem(self, lib: str, task: str, overrides: Sequence[str]) -> AgentConfigError | None: ...
     def rollout_length(self, lib: str, task: str, overrides: Sequence[str]) -> int: ...
     def agent_config_path(self, lib: str, task: str) -> Path: ...
+    def trainer_checkpoint(self, run_dir: Path, library: str) -> TrainerCheckpoint | None: ...
+    def working_directory(self) -> Path: ...
 
 
 class DiskEdge:
@@ -126,6 +131,12 @@ class DiskEdge:
 
     def agent_config_path(self, lib: str, task: str) -> Path:
         return agent_config_path(lib, task)
+
+    def trainer_checkpoint(self, run_dir: Path, library: str) -> TrainerCheckpoint | None:
+        return newest_checkpoint(run_dir, library)
+
+    def working_directory(self) -> Path:
+        return Path.cwd()
 
 
 class DryRunEdge(DiskEdge):

@@ -151,8 +151,10 @@ def apply_mjlab(merged: dict[str, Any], sources: dict[str, Any], origins: dict[s
 def refuse_worker_only(merged: Mapping[str, Any], origins: Mapping[str, str]) -> None:
     """Options only our worker understands mean nothing to a script of the user's: refuse them
     rather than drop them silently (the script's own flags go after ``--``)."""
-    # --hang-timeout watches an entry point too, through its TensorBoard events (islab.run.event_hangs)
-    given = [name for name in WORKER_ONLY_FIELDS if merged.get(name) not in (None, (), []) and name != "hang_timeout_s"]
+    # --hang-timeout watches an entry point too, through its TensorBoard events (islab.run.event_hangs);
+    # Isaac Lab's trainer resumes through its own options (islab.resolve.isaaclab_resume)
+    also = ("hang_timeout_s", "resume") if merged.get("isaaclab") is not None else ("hang_timeout_s",)
+    given = [name for name in WORKER_ONLY_FIELDS if merged.get(name) not in (None, (), []) and name not in also]
     if given:
         labels = ", ".join(origins.get(name, name) for name in given)
         raise SpecError(

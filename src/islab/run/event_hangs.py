@@ -38,7 +38,7 @@ from typing import Any
 
 from islab.plan.launch_plan import LaunchPlan
 from islab.run.hangs import CHECK_INTERVAL_S, DUMP_WAIT_S, Frame, innermost_frame, py_spy_dumps
-from islab.run.processes import parent_pid
+from islab.run.process_tree import parent_pid
 from islab.rundir import rank_log
 
 FAULT_HANDLER_VARIABLE = "PYTHONFAULTHANDLER"

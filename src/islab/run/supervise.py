@@ -45,6 +45,7 @@ from islab.run.event_hangs import EventHangWatch, with_fault_handler
 from islab.run.event_owners import JobEventFiles
 from islab.run.failures import known_failure_lines
 from islab.run.hangs import HangWatch
+from islab.run.isaaclab_launch import preemption_line, record_run_folder, resume_hint
 from islab.run.processes import watch
 from islab.run.skrl_jax_node import SkrlJaxNode
 from islab.run.torchrun_node import TorchrunNode
@@ -120,9 +121,17 @@ def run_plan(
             runner.children(), grace_s=grace_s, preempt_grace_s=preempt_grace_s, out=out, err=err, view=view,
             policy=ConsolePolicy(all_ranks=options.all_ranks), fail_fast=runner.fail_fast,
             on_line=on_line, overdue=runner.overdue, hung=hangs, on_tick=owners and owners.observe,
+            interrupt_ranks=plan.isaaclab,
         )  # fmt: skip
+        if plan.isaaclab and logs is not None:  # where this launch's Isaac Lab run is, for --resume and play
+            readers = (reader, getattr(hangs, "reader", None))
+            record_run_folder(plan, (getattr(item, "path", None) for item in readers), logs.announced)
         preempted = preemption_since(plan.run_dir, started)
-        if preempted is not None and outcome.received in (None, *PREEMPT_SIGNALS):
+        if plan.isaaclab and outcome.received in PREEMPT_SIGNALS:
+            line, resumable = preemption_line(plan, outcome.received)
+            err.write(line + "\n")
+            status = PREEMPTED_EXIT_CODE if resumable else 128 + outcome.received
+        elif preempted is not None and outcome.received in (None, *PREEMPT_SIGNALS):
             # the signal islab-train got; the ranks may have seen another copy first (torchrun's SIGTERM)
             name = signal.Signals(outcome.received).name if outcome.received else preempted.get("signal")
             err.write(
@@ -154,6 +163,8 @@ def run_plan(
         status = _check_digests(plan.run_dir, explanation)
     if status == 0 and options.progress:
         finish(plan.run_dir, out, tty=options.live, resume=resume_command(plan.run_dir), records=view.records)
+    elif options.progress and plan.isaaclab:
+        err.write(resume_hint(plan, resume_command(plan.run_dir)))
     elif options.progress:
         _resume_hint(plan.run_dir, err)
     # A failure's message (rank, node, log, exception) stays the last line, after the resume hint.

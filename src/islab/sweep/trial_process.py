@@ -28,7 +28,7 @@ from typing import IO, Any
 from islab.run.entrypoint import events_reader
 from islab.run.event_owners import JobEventFiles
 from islab.run.failures import last_exception_line
-from islab.run.processes import process_tree
+from islab.run.process_tree import process_tree
 from islab.rundir import LAUNCH_FILE, ProgressReader, latest_checkpoint, progress_path, rank_log, read_summary
 from islab.spec.stopping import PREEMPT_GRACE_S
 from islab.sweep.trials import CLI_MODULE
@@ -221,7 +221,7 @@ def stop_group(pgid: int, grace_s: float, ended: Any) -> None:
     """SIGTERM to process group ``pgid`` (islab-train: finish the iteration, checkpoint, stop), then
     SIGKILL to it and to every process below it after ``grace_s``. islab-train starts torchrun and
     torchrun the ranks each in a session of their own, out of reach of ``killpg``: the tree is read
-    from /proc first (:func:`islab.run.processes.process_tree`), so a SIGKILL cannot orphan them."""
+    from /proc first (:func:`islab.run.process_tree.process_tree`), so a SIGKILL cannot orphan them."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
