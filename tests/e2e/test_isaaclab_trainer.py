@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -37,6 +38,17 @@ def islab_train(cwd: Path, *args: str, env: dict[str, str] | None = None, **pope
         [sys.executable, "-m", "islab.cli", *args], cwd=cwd, env=env or child_env(("ISLAB_", "SLURM_")),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen,
     )  # fmt: skip
+
+
+def finished(process: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    """Its output once it ended; killed (with what it started) when it did not end in time."""
+    try:
+        return process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for child in psutil.Process(process.pid).children(recursive=True):
+            child.kill()
+        process.kill()
+        raise
 
 
 def rank_log(run_dir: Path) -> str:
@@ -70,7 +82,7 @@ def preempted(tmp_path_factory) -> Preempted:
             break
         time.sleep(0.1)
     train.send_signal(signal.SIGTERM)
-    out, err = train.communicate(timeout=120)
+    out, err = finished(train, 120)
     stopped = subprocess.CompletedProcess(train.args, train.returncode, out, err)
     left = [
         " ".join(process.cmdline())
@@ -79,7 +91,7 @@ def preempted(tmp_path_factory) -> Preempted:
     ]
     (run_dir,) = list((cwd / "runs").glob("*/*/*"))
     resume = islab_train(cwd, "--resume", str(run_dir), env=env)
-    out, err = resume.communicate(timeout=300)
+    out, err = finished(resume, 300)
     return Preempted(cwd, run_dir, stopped, left, subprocess.CompletedProcess(resume.args, resume.returncode, out, err))
 
 
@@ -126,3 +138,41 @@ def test_a_resume_with_nothing_left_or_a_changed_task_is_refused(preempted, isla
     code, out, err = islab("--resume", run_dir, "--max-iterations", "5", "--dry-run", "--json")
     argv = json.loads(out)["nodes"][0]["argv"]
     assert argv[argv.index("--max_iterations") + 1] == "5" and argv[argv.index("--checkpoint") + 1] == "model_40\\.pt$"
+
+
+def test_play_runs_isaaclab_s_play_of_the_newest_checkpoint_with_a_video_or_for_some_seconds(preempted):
+    newest = Path(trainer_runs(preempted.run_dir)[-1]["folder"]) / f"model_{ITERATIONS}.pt"
+    play = islab_train(preempted.cwd, "play", str(preempted.run_dir), "--video", "--video-length", "60")
+    out, err = finished(play, 120)
+    assert play.returncode == 0, err[-3000:]
+    command = shlex.split(err.split(": ", 2)[2].splitlines()[0])  # the command islab-train printed
+    assert command[1] == str(TREE / "scripts" / "reinforcement_learning" / "rsl_rl" / "play.py")
+    # as the training ran: its task, device and Hydra override; then the checkpoint and the video
+    assert command[2:] == ["--task", "Isaac-Cartpole-v0", "--headless", "--device", "cpu",
+                           f"agent.save_interval={SAVE_INTERVAL}", "--video_length", "60", "--video",
+                           "--checkpoint", str(newest)]  # fmt: skip
+    assert (newest.parent / "videos" / "play" / "rl-video-step-0.mp4").read_text() == "fixture video: 60 frames\n"
+
+    play = islab_train(preempted.cwd, "play", str(preempted.run_dir), "--seconds", "3")
+    out, err = finished(play, 120)
+    assert play.returncode == 0 and "islab-train: stopped Isaac Lab's play after 3 s" in err, err[-3000:]
+    assert f"[INFO]: Loading model checkpoint from: {newest}" in out  # it played, then ended on our SIGINT
+
+
+def test_export_runs_isaaclab_s_rsl_rl_play_until_it_has_exported_the_checkpoint_s_policy(preempted):
+    import onnxruntime
+    import torch
+
+    newest = Path(trainer_runs(preempted.run_dir)[-1]["folder"]) / f"model_{ITERATIONS}.pt"
+    export = islab_train(preempted.cwd, "export", str(preempted.run_dir))
+    out, err = finished(export, 120)
+    assert export.returncode == 0, err[-3000:]
+    folder = newest.parent / "exported"
+    assert f"islab-train: exported {folder / 'policy.pt'}, {folder / 'policy.onnx'}" in out
+    weight, bias, _ = torch.load(newest, weights_only=True)["params"]
+    obs = torch.randn(5, weight.shape[1])
+    expected = (obs @ weight.T + bias).detach()
+    assert torch.allclose(torch.jit.load(str(folder / "policy.pt"))(obs), expected, atol=1e-5)
+    session = onnxruntime.InferenceSession(str(folder / "policy.onnx"))  # a batch of one, as Isaac Lab exports it
+    (actions,) = session.run(["actions"], {"obs": obs[:1].numpy()})
+    assert torch.allclose(torch.from_numpy(actions), expected[:1], atol=1e-5)

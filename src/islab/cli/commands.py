@@ -338,25 +338,33 @@ CHECKPOINT_OPTION = Annotated[
 @commands.command(
     "play",
     help="Run a trained policy deterministically for N episodes: mean/std/min/max of episode return and "
-    "length (and the task's success rate); writes RUN_DIR/eval.json. Example: islab-train play RUN_DIR --episodes 64",
+    "length (and the task's success rate); writes RUN_DIR/eval.json. A run of Isaac Lab's trainer is played by "
+    "Isaac Lab's own play (until --seconds S, or one --video clip). Example: islab-train play RUN_DIR --episodes 64",
 )
 def play_command(
     run_dir: RUN_DIR_ARGUMENT,
     checkpoint: CHECKPOINT_OPTION = "latest",
-    episodes: Annotated[int, typer.Option(help="Complete episodes to run.")] = 32,
+    episodes: Annotated[int | None, typer.Option(help="Complete episodes to run. Default: 32.")] = None,
     num_envs: Annotated[int | None, typer.Option(help="Parallel envs. Default: --episodes (at most 1024).")] = None,
-    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    device: Annotated[str | None, typer.Option(help="cpu or cuda (Isaac Lab: its --device). Default: cpu.")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    video: Annotated[bool, typer.Option("--video", help="Isaac Lab's trainer: record one clip, then stop.")] = False,
+    video_length: Annotated[int | None, typer.Option(help="Isaac Lab's trainer: steps of the clip.")] = None,
+    seconds: Annotated[
+        float | None, typer.Option(help="Isaac Lab's trainer: stop its play (SIGINT) after S s.")
+    ] = None,
 ) -> None:
     raise typer.Exit(policy_commands.play_command(
         run_dir, checkpoint=checkpoint, episodes=episodes, num_envs=num_envs, device=device, json_output=json_output,
+        video=video, video_length=video_length, seconds=seconds,
     ))  # fmt: skip
 
 
 @commands.command(
     "export",
     help="Write RUN_DIR/exported/policy.pt (TorchScript), policy.onnx and policy.json: raw observations -> "
-    "deterministic actions, observation normalizer folded in. Example: islab-train export RUN_DIR",
+    "deterministic actions, observation normalizer folded in. A run of Isaac Lab's rsl_rl trainer: its play's "
+    "exported/policy.pt and .onnx beside the checkpoint. Example: islab-train export RUN_DIR",
 )
 def export_command(run_dir: RUN_DIR_ARGUMENT, checkpoint: CHECKPOINT_OPTION = "latest") -> None:
     raise typer.Exit(policy_commands.export_command(run_dir, checkpoint=checkpoint))
