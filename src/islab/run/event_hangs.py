@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from islab.plan.launch_plan import LaunchPlan
-from islab.run.hangs import CHECK_INTERVAL_S, DUMP_WAIT_S, Frame, innermost_frame, py_spy_dumps
+from islab.run.hangs import CHECK_INTERVAL_S, DUMP_WAIT_S, Frame, file_size, innermost_frame, py_spy_dumps, read_from
 from islab.run.process_tree import parent_pid
 from islab.rundir import rank_log
 
@@ -137,7 +137,7 @@ def dump_rank_stacks(run_dir: str, ranks: Mapping[int, int]) -> dict[int, Frame 
     logs = {rank: rank_log(run_dir, rank) for rank in ranks}
     py_spy_dumps(logs, ranks)
     stderr = {rank: _stderr_file(pid) for rank, pid in ranks.items()}
-    before = {rank: (_size(logs[rank]), _size(stderr[rank])) for rank in ranks}
+    before = {rank: (file_size(logs[rank]), file_size(stderr[rank])) for rank in ranks}
     for pid in ranks.values():
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, DUMP_SIGNAL)
@@ -146,14 +146,14 @@ def dump_rank_stacks(run_dir: str, ranks: Mapping[int, int]) -> dict[int, Frame 
     while len(dumps) < len(ranks) and time.monotonic() < deadline:
         time.sleep(0.1)
         for rank in ranks:
-            text = _read_from(logs[rank], before[rank][0]) or _read_from(stderr[rank], before[rank][1])
+            text = read_from(logs[rank], before[rank][0]) or read_from(stderr[rank], before[rank][1])
             if FATAL_MARK in text:
                 dumps[rank] = text
     time.sleep(0.3)  # the last thread's frames follow its header
     frames = {}
     for rank in ranks:
-        in_log = _read_from(logs[rank], before[rank][0])
-        text = in_log if FATAL_MARK in in_log else _read_from(stderr[rank], before[rank][1])
+        in_log = read_from(logs[rank], before[rank][0])
+        text = in_log if FATAL_MARK in in_log else read_from(stderr[rank], before[rank][1])
         if FATAL_MARK in text and FATAL_MARK not in in_log:  # torchrun stopped copying before it came
             with contextlib.suppress(OSError), open(logs[rank], "a", encoding="utf-8") as log:
                 log.write(f"\n[islab] faulthandler's dump of rank {rank}, from its stderr file:\n{text}")
@@ -168,21 +168,3 @@ def _stderr_file(pid: int) -> Path | None:
     except OSError:
         return None
     return target if target.is_file() else None
-
-
-def _size(path: Path | None) -> int:
-    try:
-        return path.stat().st_size if path is not None else 0
-    except OSError:
-        return 0
-
-
-def _read_from(path: Path | None, offset: int) -> str:
-    if path is None:
-        return ""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(offset)
-            return handle.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
