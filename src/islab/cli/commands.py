@@ -23,13 +23,13 @@ from islab.cli.app import checked, entry_args, fail, plan_for, resolve, source_o
 from islab.cli.k8s_command import K8S_EPILOG, K8S_HELP, k8s_command
 from islab.cli.launch_checks import preflight_options, run_collective_check
 from islab.cli.options import OPTIONS, keyword, signature
+from islab.cli.policy_command import EXPORT_HELP, PLAY_HELP, export_command, play_command
 from islab.doctor import checks as doctor
 from islab.doctor import facts as doctor_facts
 from islab.doctor import report as doctor_report
 from islab.doctor.probes import find_free_port
 from islab.plan import plan as planner
 from islab.plan import sbatch
-from islab.policy import cli_commands as policy_commands
 from islab.preflight.report import public_report
 from islab.resolve import slurm
 from islab.spec.issues import Issue, SpecError
@@ -327,47 +327,8 @@ def tasks_command(
     console.print(f"Agent configs live in each task's agents/ folder, e.g. {agent_config_path('rsl_rl', example)}")
 
 
-RUN_DIR_ARGUMENT = Annotated[
-    Path, typer.Argument(help="A run directory (<log_dir>/<lib>/<task>/<time>).", show_default=False)
-]
-CHECKPOINT_OPTION = Annotated[
-    str, typer.Option(help="latest, best (highest mean return during training among the kept checkpoints) or a path.")
-]
-
-
-@commands.command(
-    "play",
-    help="Run a trained policy deterministically for N episodes: mean/std/min/max of episode return and "
-    "length (and the task's success rate); writes RUN_DIR/eval.json. A run of Isaac Lab's trainer is played by "
-    "Isaac Lab's own play (until --seconds S, or one --video clip). Example: islab-train play RUN_DIR --episodes 64",
-)
-def play_command(
-    run_dir: RUN_DIR_ARGUMENT,
-    checkpoint: CHECKPOINT_OPTION = "latest",
-    episodes: Annotated[int | None, typer.Option(help="Complete episodes to run. Default: 32.")] = None,
-    num_envs: Annotated[int | None, typer.Option(help="Parallel envs. Default: --episodes (at most 1024).")] = None,
-    device: Annotated[str | None, typer.Option(help="cpu or cuda (Isaac Lab: its --device). Default: cpu.")] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
-    video: Annotated[bool, typer.Option("--video", help="Isaac Lab's trainer: record one clip, then stop.")] = False,
-    video_length: Annotated[int | None, typer.Option(help="Isaac Lab's trainer: steps of the clip.")] = None,
-    seconds: Annotated[
-        float | None, typer.Option(help="Isaac Lab's trainer: stop its play (SIGINT) after S s.")
-    ] = None,
-) -> None:
-    raise typer.Exit(policy_commands.play_command(
-        run_dir, checkpoint=checkpoint, episodes=episodes, num_envs=num_envs, device=device, json_output=json_output,
-        video=video, video_length=video_length, seconds=seconds,
-    ))  # fmt: skip
-
-
-@commands.command(
-    "export",
-    help="Write RUN_DIR/exported/policy.pt (TorchScript), policy.onnx and policy.json: raw observations -> "
-    "deterministic actions, observation normalizer folded in. A run of Isaac Lab's rsl_rl trainer: its play's "
-    "exported/policy.pt and .onnx beside the checkpoint. Example: islab-train export RUN_DIR",
-)
-def export_command(run_dir: RUN_DIR_ARGUMENT, checkpoint: CHECKPOINT_OPTION = "latest") -> None:
-    raise typer.Exit(policy_commands.export_command(run_dir, checkpoint=checkpoint))
+commands.command("play", help=PLAY_HELP)(play_command)
+commands.command("export", help=EXPORT_HELP)(export_command)
 
 
 @commands.command(
