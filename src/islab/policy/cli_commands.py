@@ -82,7 +82,8 @@ def play_command(
     if run is not None:
         return isaaclab_play.play_command(run, checkpoint=checkpoint, num_envs=num_envs, device=device, video=video,
                                           video_length=video_length, seconds=seconds)  # fmt: skip
-    episodes, device = episodes or 32, device or "cpu"
+    episodes = 32 if episodes is None else episodes
+    device = "cpu" if device is None else device
     try:
         source = _check(run_dir, checkpoint, device, {"--episodes": episodes, "--num-envs": num_envs})
     except SpecError as error:
