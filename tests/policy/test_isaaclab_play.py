@@ -25,7 +25,7 @@ def _run(tmp_path: Path, script: str, args: list[str], lib: str = "rsl_rl") -> P
     folder = tmp_path / "logs" / lib / "cartpole" / "2026-01-01_00-00-00"
     folder.mkdir(parents=True)
     with zipfile.ZipFile(folder / "model_7.pt", "w") as archive:
-        archive.writestr("data.pkl", b"x")
+        archive.writestr("model_7/data.pkl", b"x")
     record_trainer_run(run_dir, folder, lib)
     return run_dir
 

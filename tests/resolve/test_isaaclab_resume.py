@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -33,10 +34,9 @@ def _fixture(name: str, path: Path):
 
 def _checkpoint(path: Path, number: int) -> TrainerCheckpoint:
     path.parent.mkdir(parents=True, exist_ok=True)
-    import zipfile
 
-    with zipfile.ZipFile(path, "w") as archive:  # what torch.save writes: a zip archive
-        archive.writestr("data.pkl", b"x")
+    with zipfile.ZipFile(path, "w") as archive:  # what torch.save writes: a zip archive with its pickle
+        archive.writestr(f"{path.stem}/data.pkl", b"x")
     return TrainerCheckpoint(
         path, path.parent if path.parent.name not in ("nn", "checkpoints") else path.parent.parent, number
     )
@@ -98,6 +98,9 @@ def test_the_newest_complete_checkpoint_is_the_highest_number_and_a_truncated_on
     for number in (5, 10):
         _checkpoint(folder / f"model_{number}.pt", number)
     (folder / "model_15.pt").write_bytes(b"PK\x03\x04 cut short")  # killed while torch.save wrote it
+    with zipfile.ZipFile(folder / "model_20.pt", "w") as archive:  # what a SIGINT during torch.save left
+        for name in ("version", "byteorder", ".data/serialization_id"):  # (Isaac Lab 3's rsl_rl, for real)
+            archive.writestr(f"model_20/{name}", b"3")
     assert [item.number for item in checkpoints(folder, "rsl_rl")] == [5, 10]
     nn = tmp_path / "rl" / "nn"
     _checkpoint(nn / "last_c_ep_20_rew_1.0.pth", 20)

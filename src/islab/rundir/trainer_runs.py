@@ -15,9 +15,12 @@ skrl's is its timestep)::
     skrl      <folder>/checkpoints/agent_<timestep>.pt             (and best_agent.pt)
 
 The libraries write them with ``torch.save`` straight to their name: a process killed while saving
-leaves a truncated file. ``torch.save`` writes a zip archive whose directory comes last, so a file
-that :func:`zipfile.is_zipfile` accepts was written to its end (:func:`is_complete`): the newest
-*complete* checkpoint is the one to continue from.
+leaves a truncated file, and one interrupted by SIGINT (how a preemption stops Isaac Lab's ranks) a
+finished archive without its pickle -- seen for real: Isaac Lab 3's rsl_rl stopped in the middle of
+``model_4.pt`` left ``version``, ``byteorder`` and ``.data/serialization_id`` in it, and a resume from
+it failed ("PytorchStreamReader failed locating file data.pkl"). ``torch.save`` writes a zip
+archive: a file whose archive names its ``data.pkl`` and whose every entry reads back with its CRC
+is complete (:func:`is_complete`); the newest *complete* checkpoint is the one to continue from.
 """
 
 from __future__ import annotations
@@ -121,29 +124,41 @@ def announced_folder(lines: Iterable[str]) -> Path | None:
 
 
 def is_complete(path: Path) -> bool:
-    """Written to its end: a torch checkpoint is a zip archive whose directory comes last."""
-    return zipfile.is_zipfile(path) if path.suffix in TORCH_SUFFIXES else path.is_file()
+    """Written to its end: a torch checkpoint's zip archive names its ``data.pkl`` and every entry
+    reads back (reads the file: ask it of the newest candidates first). Other formats: present."""
+    if path.suffix not in TORCH_SUFFIXES:
+        return path.is_file()
+    try:
+        with zipfile.ZipFile(path) as archive:
+            pickled = any(name.endswith("/data.pkl") or name == "data.pkl" for name in archive.namelist())
+            return pickled and archive.testzip() is None
+    except (OSError, zipfile.BadZipFile, RuntimeError, ValueError):
+        return False
 
 
-def checkpoints(folder: str | Path, library: str) -> list[TrainerCheckpoint]:
-    """The complete checkpoints of one trainer run, oldest first: numbered ones by their number,
-    after the unnumbered ones (a best-so-far copy) by their modification time."""
+def candidates(folder: str | Path, library: str) -> list[TrainerCheckpoint]:
+    """The checkpoint files of one trainer run, complete or not, oldest first: numbered ones by their
+    number, after the unnumbered ones (a best-so-far copy) by their modification time."""
     pattern, number = CHECKPOINT_FILES[library]
     found = []
     for path in Path(folder).glob(pattern):
-        if not path.is_file() or not is_complete(path):
-            continue
-        match = number.search(path.name)
-        found.append(TrainerCheckpoint(path, Path(folder), int(match.group(1)) if match else None))
+        if path.is_file():
+            match = number.search(path.name)
+            found.append(TrainerCheckpoint(path, Path(folder), int(match.group(1)) if match else None))
     return sorted(found, key=lambda item: (item.number is not None, item.number or 0, _mtime(item.path)))
+
+
+def checkpoints(folder: str | Path, library: str) -> list[TrainerCheckpoint]:
+    """The complete checkpoints of one trainer run, oldest first."""
+    return [item for item in candidates(folder, library) if is_complete(item.path)]
 
 
 def newest_checkpoint(run_dir: str | Path, library: str) -> TrainerCheckpoint | None:
     """The newest complete checkpoint of the run: in the newest recorded folder that holds one."""
     for record in reversed(trainer_runs(run_dir)):
-        found = checkpoints(record["folder"], library)
-        if found:
-            return found[-1]
+        for item in reversed(candidates(record["folder"], library)):
+            if is_complete(item.path):
+                return item
     return None
 
 
