@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Set up (first time only) and run the whole test suite, slow end-to-end tests included, as CI's two
+# Set up (first time only) and run the whole test suite, slow end-to-end tests included, as CI's three
 # jobs, one after the other (the CI machine has 2 cores; the jobs would only slow each other down):
 #   main   .venv: rsl-rl-lib 5.5.x, no mjlab (tests/tasks/test_mjlab.py runs its mjlab-free tests, skips the rest);
 #   mjlab  .venv-mjlab: the [mjlab] extra (mjlab 1.6 pins rsl-rl-lib 5.4.2) running tests/tasks/test_mjlab.py
 #          and the rsl_rl adapter, resume and fused-sync tests, so rsl-rl-lib 5.4.2 is tested too. In
 #          this job a missing mjlab fails the mjlab tests instead of skipping them (ISLAB_TEST_JOB=mjlab).
-# ISLAB_TEST_JOB=main or ISLAB_TEST_JOB=mjlab runs one job. Arguments go to pytest in both jobs.
+#   isaaclab  .venv-isaaclab: Isaac Lab 3.0 (Python 3.12; built once per set of pins into a cache
+#          directory, see scripts/setup.sh) for its ranks, islab-train from .venv: tests/isaaclab3 (the
+#          conformance test against Isaac Lab's own launcher, Isaac-Cartpole trained on one CPU process
+#          with each library). A missing venv fails them here (ISLAB_TEST_JOB=isaaclab).
+# ISLAB_TEST_JOB=main, mjlab or isaaclab runs one job. Arguments go to pytest in every job.
 # Each job runs its tests on ISLAB_TEST_WORKERS pytest-xdist workers (default 2; 0: in this process):
 # most slow tests wait as much as they compute (process starts, rendezvous, daemons, Ray), so two at
 # a time fill a 2-core machine. Tests that share a machine-wide resource (the SLURM cluster, Ray) are
@@ -26,5 +30,12 @@ if [ "$job" = all ] || [ "$job" = mjlab ]; then
         .venv-mjlab/bin/python -m pytest "${workers[@]}" "$@" tests/tasks/test_mjlab.py tests/run/test_entrypoint.py tests/libs/test_lib_rsl_rl.py tests/worker/test_resume.py \
         tests/libs/test_fused_sync.py \
         -k "mjlab or rsl_rl" || status=$?
+fi
+if [ "$job" = all ] || [ "$job" = isaaclab ]; then
+    bash scripts/setup.sh
+    ISLAB_EXTRAS=isaaclab bash scripts/setup.sh
+    # Warp compiles Isaac Lab's CPU kernels once (~53 s), then reads them from here (kept with the cached venv).
+    ISLAB_TEST_JOB=isaaclab WARP_CACHE_PATH=${WARP_CACHE_PATH:-$PWD/.venv-isaaclab/warp-cache} \
+        .venv/bin/python -m pytest "$@" tests/isaaclab3 || status=$?
 fi
 exit "$status"

@@ -56,7 +56,7 @@ SAMPLES: dict[str, Any] = {
     "entrypoint": {"script": "train.py"}, "args": ["--flag", "v"], "isaaclab": str(TREE), "mjlab": False,
     "rendezvous.backend": "c10d", "rendezvous.master_addr": "10.0.0.1", "rendezvous.master_port": 29555,
     "rendezvous.endpoint": "127.0.0.1:29400", "rendezvous.id": "job-1", "rendezvous.timeout_s": 60,
-    "rendezvous.last_call_s": 5,
+    "rendezvous.last_call_s": 5, "virtual_local_rank": True, "monitor_interval_s": 0.5, "start_method": "spawn",
 }  # fmt: skip
 CONTEXT: dict[str, list[str]] = {
     "coordinator_address": JAX, "rendezvous.endpoint": C10D, "rendezvous.id": C10D,

@@ -21,7 +21,7 @@ from islab.plan.plan import build_plan
 from islab.plan.preflight import probe_file, probe_plan
 from islab.plan.torchrun import QUICK_EXIT_MODULE
 from islab.preflight.probe import SIZES_BYTES, repeats_of
-from islab.run import processes
+from islab.run import process_tree as tree
 from islab.spec.run_spec import RunSpec
 
 
@@ -74,13 +74,13 @@ def test_the_process_tree_walk_matches_a_full_scan(monkeypatch):
     child = subprocess.Popen(["bash", "-c", "sleep 30 & sleep 30 & wait"])
     try:
         for _ in range(100):
-            walked = processes.process_tree([child.pid])
+            walked = tree.process_tree([child.pid])
             if len(walked) == 2:
                 break
             time.sleep(0.05)
-        monkeypatch.setattr(processes, "_walk_children", lambda roots, proc: None)  # a kernel without them
-        assert processes.process_tree([child.pid]) == walked and len(walked) == 2
+        monkeypatch.setattr(tree, "_walk_children", lambda roots, proc: None)  # a kernel without them
+        assert tree.process_tree([child.pid]) == walked and len(walked) == 2
     finally:
-        for pid in [*processes.process_tree([child.pid]), child.pid]:
+        for pid in [*tree.process_tree([child.pid]), child.pid]:
             os.kill(pid, signal.SIGKILL)
         child.wait()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import sys
 
 import pytest
 from paths import REPO
@@ -49,11 +50,15 @@ def is_runnable(command: str, comment: str) -> bool:
 
 
 COMMANDS = readme_commands(README.read_text())
-# docs/KUBERNETES.md's commands are README-style too: every one runs
-DOCS = (REPO / "docs" / "KUBERNETES.md",)
+# docs/KUBERNETES.md's and docs/ISAACLAB.md's commands are README-style too: every one runs
+DOCS = (REPO / "docs" / "KUBERNETES.md", REPO / "docs" / "ISAACLAB.md")
 DOC_COMMANDS = [(f"{path.name}:{n}", c) for path in DOCS for n, c, note in readme_commands(path.read_text())
                 if is_runnable(c, note)]  # fmt: skip
 ISAACLAB_FIXTURE = REPO / "tests" / "fixtures" / "isaaclab_tree"
+# `--isaaclab auto` finds Isaac Lab 3 in the ranks' interpreter: the 3.x fixture tree, as a checkout
+# installed in editable mode, stands for it; the docs' `~/isaaclab3/bin/python` is this interpreter.
+ISAACLAB3_SOURCE = REPO / "tests" / "fixtures" / "isaaclab3_tree" / "source"
+ISAACLAB3_EDITABLE = [str(ISAACLAB3_SOURCE / name) for name in ("isaaclab", "isaaclab_rl", "isaaclab_tasks")]
 
 
 def test_the_extractor_finds_the_readme_commands():
@@ -76,6 +81,9 @@ def test_readme_command_runs(islab, monkeypatch, line, command):
     monkeypatch.chdir(REPO)
     # README's Isaac Lab commands name a checkout at ~/IsaacLab; the fixture tree mirrors its scripts
     argv = [str(ISAACLAB_FIXTURE) if arg == "~/IsaacLab" else arg for arg in shlex.split(command)[1:]]
+    argv = [sys.executable if arg == "~/isaaclab3/bin/python" else arg for arg in argv]
+    if "auto" in argv:
+        monkeypatch.setenv("PYTHONPATH", ":".join(ISAACLAB3_EDITABLE))
     for redirect in (">", "|"):  # `> job.sh`, `| kubectl apply -f -`: stdout is checked here instead
         if redirect in argv:
             argv = argv[: argv.index(redirect)]

@@ -235,8 +235,9 @@ def test_tensorboard_root_is_isaaclabs_log_root(tmp_path):
 
 
 def test_unified_entry_point_of_isaaclab_3(tmp_path):
-    """Isaac Lab 3.x replaced <lib>/train.py by scripts/reinforcement_learning/train.py --rl_library <lib>
-    (what its train_multigpu.py launches); the preset follows whichever layout DIR has."""
+    """Trees between 2.x and 3.0 replaced <lib>/train.py by scripts/reinforcement_learning/train.py
+    --rl_library <lib>; the 2.x preset follows whichever layout DIR has (a tree with Isaac Lab 3's
+    isaaclab_rl/entrypoints/multigpu.py gets the 3.x preset: tests/resolve/test_isaaclab3_preset.py)."""
     scripts = tmp_path / "scripts" / "reinforcement_learning"
     (scripts / "rsl_rl").mkdir(parents=True)
     (scripts / "train.py").write_text("")

@@ -32,6 +32,7 @@ class MemoryEdge:
     """The machine, answered from memory: every read and probe the pipeline may make."""
 
     isaaclab = SimpleNamespace(
+        locate=lambda value, python, env: None,  # a 2.x checkout (Isaac Lab 3: tests/resolve/test_isaaclab3_preset.py)
         preset_problem=lambda directory, lib, framework: None if directory == "/isaaclab" else "no Isaac Lab. Fix it",
         unknown_task_problem=lambda task, directory: None,
         isaaclab_entry=lambda directory, lib, framework, **kw: SimpleNamespace(

@@ -15,24 +15,13 @@ from pathlib import Path
 
 import pytest
 from child_env import child_env
+from cli_results import dry_run_json as _json
+from cli_results import one_error as _error
 from paths import FIXTURES
 
 DDP = FIXTURES / "ddp_finetune.py"
 CPU2 = ("--device", "cpu", "--nproc", "2")
 PORT = ("--master-port", "29999")  # fixed, so the text and JSON dry runs print the same command
-
-
-def _json(islab, *args):
-    code, out, err = islab("--dry-run", "--json", *args)  # before a `--` in args
-    assert code == 0, err
-    return json.loads(out)
-
-
-def _error(result, field):
-    code, out, err = result
-    assert code == 2 and out == "", (code, out, err)
-    assert len(err.strip().splitlines()) == 1 and err.startswith(f"error: {field}"), err
-    return err
 
 
 @pytest.mark.usefixtures("clean_environment")

@@ -37,7 +37,8 @@ from child_env import child_env
 from netns import alive, collect_tree, kill_all, run_dir_of, training_under_way, wait_until
 
 from islab import rundir
-from islab.run import failures, processes, torchrun_node
+from islab.run import failures, torchrun_node
+from islab.run import process_tree as proc_tree
 from islab.spec.stopping import PREEMPT_GRACE_S, PREEMPTED_EXIT_CODE
 
 # What docs/CLI.md promises, and what was measured on the 2-core machine (its table):
@@ -218,7 +219,7 @@ def test_process_tree_finds_descendants_in_other_sessions(tmp_path):
     try:
         wait_until(lambda: pid_file.exists() and pid_file.read_text(), 20, "the grandchild")
         grandchild = int(pid_file.read_text())
-        tree = processes.process_tree([child.pid])
+        tree = proc_tree.process_tree([child.pid])
         assert grandchild in tree and child.pid not in tree
         assert tree[grandchild] == proc_start_ticks(grandchild)
     finally:

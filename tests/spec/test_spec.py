@@ -179,11 +179,15 @@ def test_jax_only_with_skrl(lib):
         {"rendezvous__master_port": 1234},
         {"max_restarts": 1},
         {"rendezvous__last_call_s": 5},
+        {"virtual_local_rank": True},
+        {"monitor_interval_s": 0.5},
+        {"start_method": "fork"},
     ],
 )
 def test_torchrun_options_are_rejected_for_jax(extra):
     text = errors_of(cli=cli(lib="skrl", ml_framework="jax", **extra))
-    assert "is a torchrun option" in text and "--coordinator-address" in text
+    assert "is a torchrun option" in text
+    assert "--coordinator-address" in text or "skrl's JAX launcher has no such option" in text
 
 
 def test_coordinator_address_only_for_jax_and_required_multinode():

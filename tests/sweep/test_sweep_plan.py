@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-from paths import REPO
+from paths import FIXTURES, REPO
 
 from islab.spec.agent_config import parse_override
 from islab.sweep.curves import config_band
@@ -154,6 +154,58 @@ def test_dry_run_imports_neither_torch_nor_ray(tmp_path):
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+# -- Isaac Lab's trainer: Hydra keys and --task, as Isaac Lab's Ray tuner searches ------------------
+
+TREE = FIXTURES / "isaaclab_tree"
+ISAACLAB_RUN = {"isaaclab": str(TREE), "task": "Isaac-Cartpole-v0", "device": "cpu", "num_envs": 8, "max_iterations": 3}
+TASKS = ["Isaac-Cartpole-v0", "Isaac-Cartpole-Direct-v0"]
+
+
+def test_an_isaaclab_sweep_searches_hydra_keys_and_tasks_each_trial_in_its_own_directory(in_tmp, islab):
+    search = {"task": TASKS, "agent.algorithm.learning_rate": [1.0e-3, 1.0e-2]}
+    path = write_sweep(in_tmp, run={**ISAACLAB_RUN, "args": ["physics=newton"]}, seeds=1, search=search)
+    code, out, err = islab("sweep", str(path), "--dry-run", "--json")
+    assert code == 0, err
+    trials = json.loads(out)["trials"]
+    assert len(trials) == 4
+    for trial in trials:
+        argv, config = trial["argv"], trial["config"]
+        assert argv[argv.index("--task") + 1] == config["task"] and argv.count("--task") == 1
+        # the Hydra override goes to Isaac Lab's train.py, after the run's own arguments
+        lr = override_text("agent.algorithm.learning_rate", config["agent.algorithm.learning_rate"])
+        assert argv[argv.index("--") :] == ["--", "physics=newton", lr]
+        # its own working directory (Isaac Lab writes ./logs/rsl_rl there), which the command enters
+        assert trial["cwd"] == argv[argv.index("--log-dir") + 1] and trial["cwd"].endswith(trial["id"])
+        assert trial["command"].startswith(f"cd {shlex.quote(trial['cwd'])} && ")
+        # the trial's own command line plans what its configuration says
+        words = shlex.split(trial["command"].partition(" && ")[2])
+        code, plan, err = islab("--dry-run", "--json", *words[words.index("islab-train") + 1 :])
+        assert code == 0, err
+        rank_argv = json.loads(plan)["nodes"][0]["argv"]
+        assert rank_argv[rank_argv.index("--task") + 1] == config["task"] and rank_argv[-1] == lr
+    assert not (in_tmp / "logs").exists()
+
+
+@pytest.mark.parametrize(
+    "run, search, field, hint",
+    [
+        (ISAACLAB_RUN, {"algorithm.learning_rate": [1.0e-3]}, "search.algorithm.learning_rate", "agent."),
+        (ISAACLAB_RUN, {"task": ["Isaac-Cartpol-v0"]}, "search.task", "Did you mean Isaac-Cartpole-v0?"),
+        (
+            {"mjlab": True, "task": "Mjlab-Cartpole-Balance", "device": "cpu"},
+            {"agent.algorithm.learning_rate": [1.0e-3]},
+            "search.agent.algorithm.learning_rate",
+            "mjlab",
+        ),
+    ],
+    ids=["not a Hydra key", "unknown task", "mjlab"],
+)
+def test_a_search_key_the_entry_point_cannot_take_exits_2(in_tmp, islab, run, search, field, hint):
+    code, _out, err = islab("sweep", str(write_sweep(in_tmp, run=run, seeds=1, search=search)), "--dry-run")
+    assert code == 2 and field in err and hint in err, err
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
 
 
 # -- bad input: exit 2, one line naming the field, nothing started ---------------------------------

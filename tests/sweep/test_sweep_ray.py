@@ -27,6 +27,7 @@ import functools
 import glob
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -41,7 +42,7 @@ import psutil
 import pytest
 import yaml
 from netns import Node, alive, collect_tree, kill_all, namespace_pids, two_nodes, unavailable_reason, wait_until
-from paths import SRC
+from paths import FIXTURES, SRC
 from prerequisites import AS_ROOT_IN_CI
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs("ray", "optuna", "psutil"), pytest.mark.xdist_group("ray")]
@@ -476,3 +477,39 @@ def test_an_address_where_no_ray_answers_exits_2_at_once_naming_it(tmp_path):
     assert "nothing was started" in result.stderr
     assert not list(tmp_path.glob("logs/sweeps/*/*/trials/*")), "no trial started"
     assert time.monotonic() - started < 60
+
+
+ISAACLAB_TREE = FIXTURES / "isaaclab_tree"
+
+
+def test_an_isaaclab_optuna_sweep_runs_each_trial_with_its_own_override_and_metrics(tmp_path, ray_cluster):
+    """Isaac Lab's tuner's shape (Optuna over a Hydra key of Isaac Lab's train.py): two trials of the
+    Isaac Lab fixture at once, each in its own working directory (Isaac Lab's logs/rsl_rl there), each
+    trained with the learning rate Optuna chose for it (passed to train.py as a Hydra override) and
+    scored on the rewards of its own TensorBoard events."""
+    run = {"isaaclab": str(ISAACLAB_TREE), "task": "Isaac-Cartpole-v0", "device": "cpu", "num_envs": 8,
+           "max_iterations": 6}  # fmt: skip
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump({
+        "run": run, "seeds": 1, "searcher": "optuna", "samples": 2, "max_concurrent": 2, "cpus_per_trial": 1,
+        "search": {"agent.algorithm.learning_rate": {"loguniform": [1.0e-3, 1.0e-1]}},
+        "metric": {"name": "mean_return", "mode": "max", "over_last": 3},
+    }), encoding="utf-8")  # fmt: skip
+    result = subprocess.run(
+        ray_cluster.command(sweep_command(str(path), "--ray-address", ray_cluster.address, "--json")),
+        capture_output=True, text=True, cwd=tmp_path, env={**environment(), "FIXTURE_ITERATION_SLEEP": "0.3"},
+        timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    trials = json.loads(result.stdout)["trials"]
+    assert len(trials) == 2 and all(trial["status"] == "finished" for trial in trials), trials
+    assert overlap(*trials)
+    for trial in trials:
+        lr = trial["config"]["agent.algorithm.learning_rate"]
+        log = (Path(trial["run_dir"]) / "logs" / "rank_0.log").read_text()
+        assert f"hydra ['agent.algorithm.learning_rate={lr}']" in log  # its own override reached train.py
+        rewards = [float(value) for value in re.findall(r"iteration \d+/6 mean reward (-?[\d.]+)", log)]
+        assert len(rewards) == 6
+        assert trial["metric"] == pytest.approx(sum(rewards[-3:]) / 3, abs=1e-3)  # its own events
+        trial_dir = Path(sweep_dir_of(tmp_path), "trials", trial["id"])
+        assert list((trial_dir / "logs" / "rsl_rl").rglob("model_6.pt"))  # Isaac Lab wrote in the trial's cwd

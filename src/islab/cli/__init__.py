@@ -23,6 +23,7 @@ import typer
 from islab.cli import app as app_module
 from islab.cli.app import PROG, SUBCOMMANDS, app, source_of
 from islab.cli.commands import commands
+from islab.cli.isaaclab_spelling import ISAACLAB_SCRIPT_FLAGS, isaaclab_spelling_issue
 from islab.cli.options import BY_NAME, OPTIONS
 from islab.preflight.quick_exit import end
 from islab.spec.issues import Issue, suggest
@@ -34,14 +35,6 @@ from islab.spec.text import escape
 SPEC_SUBCOMMANDS = ("doctor", "sbatch", "k8s")
 
 LOOKALIKE_DASHES = "\u2013\u2014\u2212\u2010\u2011\u2012\ufe63\uff0d"
-
-
-# Flags of Isaac Lab's train.py scripts (and its AppLauncher) that users paste next to ours from the
-# guide: they belong to the script, after `--` (the --isaaclab preset sets --headless --distributed).
-ISAACLAB_SCRIPT_FLAGS = frozenset({
-    "distributed", "headless", "video", "video_length", "video_interval", "enable_cameras", "num_envs",
-    "max_iterations", "ml_framework", "livestream", "experiment_name", "run_name", "checkpoint", "algorithm",
-})  # fmt: skip
 
 
 def lookalike_dash_issue(args: list[str]) -> Issue | None:
@@ -172,10 +165,13 @@ def run(argv: list[str] | None = None) -> int:
     dash = lookalike_dash_issue(head)
     if dash is None:
         dash = mistyped_subcommand_issue(args)
+    subcommand = _wants_subcommand(args, SUBCOMMANDS)
+    if dash is None and not subcommand:  # the training command: Isaac Lab's spelling of its options
+        islab_flags = {flag for option in OPTIONS for flag in option.flag.split("/")} | {"--help"}
+        dash = isaaclab_spelling_issue(args[: args.index("--")] if "--" in args else args, islab_flags)
     if dash is not None:
         print(dash.message(), file=sys.stderr)
         return 2
-    subcommand = _wants_subcommand(args, SUBCOMMANDS)
     if "--" in args and (not subcommand or args[0] in SPEC_SUBCOMMANDS):
         # Everything after `--` belongs to the entry point, verbatim (click would read options there);
         # doctor and sbatch resolve the same spec as the training command, so they take it too.

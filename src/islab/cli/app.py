@@ -151,11 +151,18 @@ app.command(
 
 
 def resolve(
-    ctx: typer.Context, options: dict[str, Any], *, slurm_layer: Any = None, dry_run_warnings: list[str] | None = None
+    ctx: typer.Context,
+    options: dict[str, Any],
+    *,
+    slurm_layer: Any = None,
+    dry_run_warnings: list[str] | None = None,
+    elsewhere: bool = False,
 ) -> ResolvedSpec:
     """Command line + ISLAB_* + cluster file (+ SLURM allocation) -> validated spec, or exit 2.
     ``dry_run_warnings``: given for a dry run, which then plans what this machine cannot check
-    (``--gpus all`` without GPUs, ``--isaaclab`` without a checkout) and says so in this list."""
+    (``--gpus all`` without GPUs, ``--isaaclab`` without a checkout) and says so in this list.
+    ``elsewhere``: a job written here for other machines (``sbatch``, ``k8s``), whose nodes resolve it
+    again: an ``--isaaclab`` this machine cannot read is planned unchecked, with a warning on stderr."""
     dry_run = dry_run_warnings is not None
     try:
         cli_layer, env_layer = _layers(ctx, options)
@@ -164,13 +171,16 @@ def resolve(
         # the pods of a training job or with --k8s: islab.resolve.allocations), unless
         # the caller plans one itself (sbatch plans the job's allocation before it exists).
         allocations = active_allocations(options, os.environ) if slurm_layer is None else ()
-        edge = DryRunEdge() if dry_run else None
+        edge = DryRunEdge() if dry_run or elsewhere else None
         # With the pre-flight on, the nodes compare what they must share before training (field by field).
         compared = preflight_options(options).mode != "off"
         resolved = resolve_spec(cli_layer, env_layer, options.get("cluster"), slurm=slurm_layer,
                                 allocations=allocations, edge=edge, nodes_compared=compared)  # fmt: skip
         if edge is not None and dry_run_warnings is not None:
             dry_run_warnings += edge.warnings
+        elif edge is not None:
+            for line in edge.warnings:
+                print(line, file=sys.stderr)
         return resolved
     except SpecError as exc:
         fail(exc)

@@ -23,13 +23,13 @@ from islab.cli.app import checked, entry_args, fail, plan_for, resolve, source_o
 from islab.cli.k8s_command import K8S_EPILOG, K8S_HELP, k8s_command
 from islab.cli.launch_checks import preflight_options, run_collective_check
 from islab.cli.options import OPTIONS, keyword, signature
+from islab.cli.policy_command import EXPORT_HELP, PLAY_HELP, export_command, play_command
 from islab.doctor import checks as doctor
 from islab.doctor import facts as doctor_facts
 from islab.doctor import report as doctor_report
 from islab.doctor.probes import find_free_port
 from islab.plan import plan as planner
 from islab.plan import sbatch
-from islab.policy import cli_commands as policy_commands
 from islab.preflight.report import public_report
 from islab.resolve import slurm
 from islab.spec.issues import Issue, SpecError
@@ -217,7 +217,7 @@ def sbatch_command(ctx: typer.Context, **options: Any) -> None:
         hosts = tuple(f"node{index}" for index in range(nnodes))
         return slurm.Allocation(1, nnodes, 0, hosts, "SLURM_JOB_NODELIST", "SLURM_NNODES").layer(chosen)
 
-    spec = resolve(ctx, {**options, "slurm": None}, slurm_layer=planned_allocation).spec
+    spec = resolve(ctx, {**options, "slurm": None}, slurm_layer=planned_allocation, elsewhere=True).spec
     log_dir = Path(spec.log_dir).absolute()
     gpus_per_node = spec.nproc_per_node if spec.device == "cuda" else 0
     cpus = options["cpus_per_task"] or (spec.nproc_per_node if spec.device == "cpu" else 4 * spec.nproc_per_node)
@@ -299,39 +299,8 @@ def tasks_command(
     print_task_rows(rows, sys.stdout, notes)
 
 
-RUN_DIR_ARGUMENT = Annotated[
-    Path, typer.Argument(help="A run directory (<log_dir>/<lib>/<task>/<time>).", show_default=False)
-]
-CHECKPOINT_OPTION = Annotated[
-    str, typer.Option(help="latest, best (highest mean return during training among the kept checkpoints) or a path.")
-]
-
-
-@commands.command(
-    "play",
-    help="Run a trained policy deterministically for N episodes: mean/std/min/max of episode return and "
-    "length (and the task's success rate); writes RUN_DIR/eval.json. Example: islab-train play RUN_DIR --episodes 64",
-)
-def play_command(
-    run_dir: RUN_DIR_ARGUMENT,
-    checkpoint: CHECKPOINT_OPTION = "latest",
-    episodes: Annotated[int, typer.Option(help="Complete episodes to run.")] = 32,
-    num_envs: Annotated[int | None, typer.Option(help="Parallel envs. Default: --episodes (at most 1024).")] = None,
-    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
-    json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
-) -> None:
-    raise typer.Exit(policy_commands.play_command(
-        run_dir, checkpoint=checkpoint, episodes=episodes, num_envs=num_envs, device=device, json_output=json_output,
-    ))  # fmt: skip
-
-
-@commands.command(
-    "export",
-    help="Write RUN_DIR/exported/policy.pt (TorchScript), policy.onnx and policy.json: raw observations -> "
-    "deterministic actions, observation normalizer folded in. Example: islab-train export RUN_DIR",
-)
-def export_command(run_dir: RUN_DIR_ARGUMENT, checkpoint: CHECKPOINT_OPTION = "latest") -> None:
-    raise typer.Exit(policy_commands.export_command(run_dir, checkpoint=checkpoint))
+commands.command("play", help=PLAY_HELP)(play_command)
+commands.command("export", help=EXPORT_HELP)(export_command)
 
 
 @commands.command(

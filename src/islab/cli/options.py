@@ -60,6 +60,7 @@ FrameworkChoice = _choice("FrameworkChoice", CHOICES["ml_framework"])
 DeviceChoice = _choice("DeviceChoice", CHOICES["device"])
 RdzvChoice = _choice("RdzvChoice", CHOICES["rendezvous.backend"])
 LoggerChoice = _choice("LoggerChoice", CHOICES["logger"])
+StartMethodChoice = _choice("StartMethodChoice", CHOICES["start_method"])
 PreflightChoice = _choice("PreflightChoice", MODES)
 
 
@@ -172,9 +173,11 @@ OPTIONS: tuple[Option, ...] = (
            metavar="NAME"),
     Option("--command", "Like --script for an executable or console script (torchrun --no-python NAME ARGS).",
            PANEL_TRAINING, "entrypoint", metavar="NAME"),
-    Option("--isaaclab", "Preset: run Isaac Lab's scripts/reinforcement_learning/<lib>/train.py from this "
-           "checkout on every rank, with --task/--num-envs/--seed/--max-iterations as its flags plus --headless "
-           "--distributed; more flags after --.", PANEL_TRAINING, "isaaclab", metavar="DIR"),
+    Option("--isaaclab", "Preset: run Isaac Lab's own trainer on every rank. auto: the Isaac Lab 3 installed in "
+           "--python, each rank running what 'isaaclab train_multigpu' runs (KEY=VALUE: its Hydra overrides); DIR: a "
+           "checkout (3.x the same; 2.x its scripts/reinforcement_learning/<lib>/train.py --headless --distributed). "
+           "--task/--num-envs/--seed/--max-iterations become its flags; more flags after --.", PANEL_TRAINING,
+           "isaaclab", metavar="auto|DIR"),
     Option("--mjlab", "Preset: run mjlab's own train command (one process; it spawns a rank per GPU of --gpus "
            "itself), with --task/--num-envs/--seed/--max-iterations mapped; one node only.", PANEL_TRAINING, "mjlab",
            kind=bool),
@@ -184,6 +187,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("--device", "cuda (NCCL) or cpu (gloo).", PANEL_PROCESSES, "device", DeviceChoice, "Default: {}."),
     Option("--nproc", "Processes per node, e.g. --device cpu --nproc 2.", PANEL_PROCESSES, "nproc_per_node", int,
            "Default: {}."),
+    Option("--virtual-local-rank", "torchrun's --virtual-local-rank: every rank sees LOCAL_RANK=0 and only its own "
+           "GPU (as cuda:0), for software that picks its device wrongly when it sees them all (Isaac Lab's "
+           "--virtual_local_rank); use the global rank to name per-rank files.", PANEL_PROCESSES,
+           "virtual_local_rank", kind=bool),
+    Option("--monitor-interval", "torchrun's --monitor-interval: seconds between its agent's checks of the ranks.",
+           PANEL_PROCESSES, "monitor_interval_s", float, "Default: torchrun's.", metavar="SECONDS"),
+    Option("--start-method", "torchrun's --start-method: how its agent starts the ranks.", PANEL_PROCESSES,
+           "start_method", StartMethodChoice, "Default: torchrun's spawn (islab's worker on CPU ranks: forked from "
+           "the agent)."),
     # --- cluster -----------------------------------------------------------------------------
     Option("--cluster", "YAML cluster spec shared by all nodes (see configs/cluster/); options override it.",
            PANEL_CLUSTER, kind=Path),
@@ -235,8 +247,10 @@ OPTIONS: tuple[Option, ...] = (
            "checkpoint_interval", int, "Default: {}.", metavar="N"),
     Option("--hang-timeout", "Stop the job (exit 1) when no rank finishes a training iteration for this long "
            "(counted from the first finished iteration): every rank first dumps its thread stacks into its log, and "
-           "the error names the ranks that are behind and where they are stuck. islab's worker only, not a --script "
-           "/ --module / --command or a preset. 0 disables.", PANEL_OUTPUT, "hang_timeout_s", int,
+           "the error names the ranks that are behind and where they are stuck. Isaac Lab's and mjlab's trainers "
+           "are watched through their TensorBoard events (keep it above their flush interval, 120 s for rl_games "
+           "and skrl); a --script / --module / --command only when given. 0 disables.", PANEL_OUTPUT,
+           "hang_timeout_s", int,
            f"Default: {HANG_TIMEOUT_RDZV_FACTOR} x --rdzv-timeout, at least {MIN_DEFAULT_HANG_TIMEOUT_S} "
            f"({default_hang_timeout(TORCHRUN_STATIC_RDZV_TIMEOUT_S)} for a static rendezvous).", metavar="SECONDS"),
     Option("--logger", "Where rank 0 logs each iteration (env steps, mean return, steps/s, losses). The "

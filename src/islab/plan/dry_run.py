@@ -14,7 +14,7 @@ from islab.plan.launch_plan import LaunchPlan
 from islab.plan.plan import TO_TARGET_TEXT
 from islab.resolve.resolved import ResolvedSpec
 from islab.spec.issues import mask_env
-from islab.spec.run_spec import WORKER_ONLY_FIELDS
+from islab.spec.run_spec import AGENT_OPTION_FIELDS, WORKER_ONLY_FIELDS
 from islab.spec.text import comment, shell_join, shell_quote
 
 
@@ -66,10 +66,12 @@ def format_text(plan: LaunchPlan, resolved: ResolvedSpec) -> str:
     ]
     if resolved.cluster_file:
         lines.append(comment(f"  cluster file: {resolved.cluster_file}"))
-    rows = resolved.explain()
+    rows = [row for row in resolved.explain() if row[0] not in AGENT_OPTION_FIELDS or row[1] not in (None, False)]
     width = max(len(name) for name, _, _ in rows)
     for name, value, source in rows:
-        if (name in WORKER_ONLY_FIELDS) if spec.entrypoint is not None else name in ("entrypoint", "args"):
+        if name == "hang_timeout_s" and plan.hang_timeout_s:
+            pass  # the hang watch reads an entry point's TensorBoard events (islab.run.event_hangs)
+        elif (name in WORKER_ONLY_FIELDS) if spec.entrypoint is not None else name in ("entrypoint", "args"):
             continue  # a user entry point ignores the worker's fields; the worker has no entry point
         origin = resolved.origins.get(name)
         detail = f"source: {source.value}" + (f", {origin}" if origin and source.value != "file" else "")

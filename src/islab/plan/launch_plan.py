@@ -79,6 +79,9 @@ class LaunchPlan:
     events_not_before: float | None = None
     # Seconds without a finished iteration on any rank of a node before it counts as hung (0: off).
     hang_timeout_s: int = 0
+    # Isaac Lab's trainer: its ranks stop cleanly on SIGINT, its run folders and checkpoints are
+    # recorded for --resume, play and export (islab.run.isaaclab_launch).
+    isaaclab: bool = False
     # --resume alone: the worker trains to the run's original target (no budget known here).
     to_target: bool = False
     # At launch, torchrun forks our worker's ranks from its agent (islab.plan.torchrun, "Forked ranks").

@@ -28,6 +28,8 @@ from islab.libs.registry import apply_env_fixes
 from islab.plan import skrl_jax, torchrun
 from islab.plan.launch_plan import LaunchPlan, NodePlan, RankLaunch
 from islab.resolve.isaaclab import tensorboard_root
+from islab.resolve.isaaclab3 import RUN_TIMESTAMP_FORMAT, is_isaaclab3_entry, with_run_timestamp
+from islab.resolve.isaaclab_resume import option_value
 from islab.resolve.layers import Source
 from islab.resolve.resolved import ResolvedSpec
 from islab.spec.addresses import join_host_port, split_host_port
@@ -72,11 +74,15 @@ def rendezvous_timeout_of(spec: RunSpec) -> int:
 
 
 def hang_timeout_of(spec: RunSpec) -> int:
-    """Seconds without progress before the job counts as hung; 0: not watched (a user's entry
-    point writes no heartbeats)."""
-    if spec.entrypoint is not None:
+    """Seconds without progress before the job counts as hung; 0: not watched. Our worker reports
+    every iteration (heartbeats); Isaac Lab's and mjlab's trainers through their TensorBoard events
+    (:mod:`islab.run.event_hangs`), watched by default too; a user's entry point only when
+    ``--hang-timeout`` is given (a script may well stop writing events for a long evaluation)."""
+    if spec.hang_timeout_s is not None:
+        return spec.hang_timeout_s
+    if spec.entrypoint is not None and spec.isaaclab is None and not spec.mjlab:
         return 0
-    return spec.hang_timeout_s if spec.hang_timeout_s is not None else default_hang_timeout(rendezvous_timeout_of(spec))
+    return default_hang_timeout(rendezvous_timeout_of(spec))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -119,22 +125,11 @@ def what_ran(spec: RunSpec) -> tuple[str, str]:
     if spec.entrypoint is None:
         return spec.lib, spec.task
     if spec.isaaclab is not None:
-        return f"isaaclab-{spec.lib}", _directory_safe(_option_value(spec.args, "--task") or "task")
+        return f"isaaclab-{spec.lib}", _directory_safe(option_value(spec.args, "--task") or "task")
     if spec.mjlab:  # the preset puts mjlab's task id first
         return "mjlab", _directory_safe(spec.args[0] if spec.args else "task")
     ((kind, _),) = spec.entrypoint.items()
     return kind, entry_label(spec.entrypoint)
-
-
-def _option_value(args: tuple[str, ...], option: str) -> str | None:
-    """The last value of ``option`` (``--opt V`` or ``--opt=V``) in ``args``: argparse keeps the last."""
-    found = None
-    for index, arg in enumerate(args):
-        if arg == option and index + 1 < len(args):
-            found = args[index + 1]
-        elif arg.startswith(f"{option}="):
-            found = arg.partition("=")[2]
-    return found
 
 
 def _directory_safe(name: str) -> str:
@@ -164,13 +159,18 @@ def entry_label(entrypoint: Mapping[str, str]) -> str:
     return _directory_safe(label) if label else kind
 
 
-def entry_argv(spec: RunSpec) -> list[str]:
+def entry_argv(spec: RunSpec, now: datetime | None = None) -> list[str]:
     """What follows torchrun's own options (or skrl's JAX launcher's) for a user entry point:
-    ``PATH ARGS`` (run with the spec's python), ``-m NAME ARGS``, or ``--no-python NAME ARGS``."""
+    ``PATH ARGS`` (run with the spec's python), ``-m NAME ARGS``, or ``--no-python NAME ARGS``.
+    Isaac Lab 3's trainer also gets the launch time ``now`` as its run timestamp, as its own launcher
+    does (one run folder for all ranks: :func:`islab.resolve.isaaclab3.with_run_timestamp`)."""
     assert spec.entrypoint is not None
     ((kind, name),) = spec.entrypoint.items()
     head = {"script": [name], "module": ["-m", name], "command": ["--no-python", name]}[kind]
-    return [*head, *spec.args]
+    args: tuple[str, ...] = spec.args
+    if spec.isaaclab is not None and kind == "script" and is_isaaclab3_entry(name) and now is not None:
+        args = with_run_timestamp(args, now.strftime(RUN_TIMESTAMP_FORMAT))
+    return [*head, *args]
 
 
 def resumes_to_target(resolved: ResolvedSpec) -> bool:
@@ -182,12 +182,12 @@ def resumes_to_target(resolved: ResolvedSpec) -> bool:
     return resolved.spec.resume is not None and not given & {Source.CLI, Source.ENV, Source.FILE}
 
 
-def program_of(spec: RunSpec, run_dir: str, *, to_target: bool = False) -> tuple[str, ...]:
+def program_of(spec: RunSpec, run_dir: str, *, to_target: bool = False, now: datetime | None = None) -> tuple[str, ...]:
     """What each rank runs, after torchrun's options (or as ``python PROGRAM`` for skrl-JAX ranks):
     ``-m islab.worker ARGS`` -- the module form, so no path of this machine is in a command for
-    another node -- or the user's entry point (:func:`entry_argv`)."""
+    another node -- or the user's entry point (:func:`entry_argv`, launched at ``now``)."""
     if spec.entrypoint is not None:
-        return tuple(entry_argv(spec))
+        return tuple(entry_argv(spec, now))
     return ("-m", torchrun.WORKER_MODULE, *worker_args(spec, run_dir, to_target=to_target))
 
 
@@ -277,7 +277,7 @@ def build_plan(
     launcher = spec.launcher
     derived, node0_port = _derive(spec, free_port)
     env = MappingProxyType(plan_env(spec, run_dir))
-    program = program_of(spec, run_dir, to_target=to_target)
+    program = program_of(spec, run_dir, to_target=to_target, now=now)
     node_ranks = [spec.node_rank] if spec.node_rank is not None else list(range(spec.nnodes))
     nodes = []
     for node_rank in node_ranks:
@@ -298,7 +298,7 @@ def build_plan(
             nodes.append(NodePlan(node_rank, torchrun.node_argv(spec, node_rank, derived, program), env))
     if spec.rendezvous.timeout_s is None:
         derived = {**derived, "rendezvous.timeout_s": str(rendezvous_timeout_of(spec))}
-    if spec.hang_timeout_s is None and spec.entrypoint is None:
+    if spec.hang_timeout_s is None and hang_timeout_of(spec):
         derived = {**derived, "hang_timeout_s": str(hang_timeout_of(spec))}
     address, kind = _meeting_point(derived)
     return LaunchPlan(
@@ -320,9 +320,16 @@ def build_plan(
         events_library=spec.lib if spec.isaaclab or spec.mjlab else None,  # mjlab: <cwd>/logs/rsl_rl
         events_not_before=now.timestamp() - 1 if spec.entrypoint is not None else None,
         hang_timeout_s=hang_timeout_of(spec),
-        forked_ranks=launcher == torchrun.NAME and spec.entrypoint is None and spec.device == "cpu",
+        isaaclab=spec.isaaclab is not None,
+        forked_ranks=forked_ranks(spec),
         overrides=tuple(spec.overrides),
     )
+
+
+def forked_ranks(spec: RunSpec) -> bool:
+    """Ranks forked from torchrun's agent (:mod:`islab.plan.torchrun`): our worker on CPU ranks,
+    unless the user chose torchrun's start method."""
+    return spec.launcher == torchrun.NAME and spec.entrypoint is None and spec.device == "cpu" and not spec.start_method
 
 
 def _meeting_point(derived: Mapping[str, str]) -> tuple[str | None, str | None]:

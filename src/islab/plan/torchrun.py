@@ -77,6 +77,13 @@ def node_argv(spec: RunSpec, node_rank: int, derived: Mapping[str, str], program
             *(["--rdzv_conf", f"timeout={timeout}"] if timeout is not None else []),
         ]  # fmt: skip
     argv += ["--max_restarts", str(spec.max_restarts)]
+    # the agent's own options, when given, in the order Isaac Lab's train_multigpu passes them
+    if spec.monitor_interval_s is not None:
+        argv += ["--monitor_interval", f"{spec.monitor_interval_s:g}"]
+    if spec.start_method is not None:
+        argv += ["--start_method", spec.start_method]
+    if spec.virtual_local_rank:
+        argv.append("--virtual_local_rank")
     return (*argv, *program)
 
 

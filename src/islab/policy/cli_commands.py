@@ -16,11 +16,30 @@ import subprocess
 import sys
 from pathlib import Path
 
+from islab.policy import isaaclab_play
+from islab.policy.isaaclab_play import isaaclab_run
 from islab.policy.loading import job_free_environment
 from islab.policy.source import PolicySource, resolve_source
 from islab.spec.issues import Issue, SpecError
 
 DEVICES = ("cpu", "cuda")
+ISAACLAB_ONLY = ("--video", "--video-length", "--seconds")  # Isaac Lab's play takes them
+ISLAB_ONLY = ("--episodes", "--json")  # islab's play counts episodes and reports them
+
+
+def _options_for_the_other(isaaclab: bool, **given: object) -> Issue | None:
+    """An option of the other kind of play, given for this run."""
+    names = {"episodes": "--episodes", "json_output": "--json", "video": "--video", "video_length": "--video-length",
+             "seconds": "--seconds"}  # fmt: skip
+    used = [names[key] for key, value in given.items() if value not in (None, False)]
+    wrong = [name for name in used if name in (ISLAB_ONLY if isaaclab else ISAACLAB_ONLY)]
+    if not wrong:
+        return None
+    if isaaclab:
+        return Issue(wrong[0], "Isaac Lab's play runs until it is stopped and reports nothing islab can read",
+                     "Give --seconds S to stop it after S seconds, or --video (it stops after one clip)")  # fmt: skip
+    return Issue(wrong[0], "applies to runs of Isaac Lab's trainer (islab-train --isaaclab), which Isaac Lab plays",
+                 "islab's play runs --episodes episodes and stops by itself")  # fmt: skip
 
 
 def _check(run_dir: str | Path, checkpoint: str, device: str, counts: dict[str, int | None]) -> PolicySource:
@@ -42,13 +61,29 @@ def play_command(
     run_dir: str | Path,
     *,
     checkpoint: str = "latest",
-    episodes: int = 32,
+    episodes: int | None = None,
     num_envs: int | None = None,
-    device: str = "cpu",
+    device: str | None = None,
     json_output: bool = False,
     python: str | None = None,
+    video: bool = False,
+    video_length: int | None = None,
+    seconds: float | None = None,
 ) -> int:
-    """``islab-train play``: exit status (0 ok, 2 bad input)."""
+    """``islab-train play``: exit status (0 ok, 2 bad input). A run of Isaac Lab's trainer is played
+    by Isaac Lab (:mod:`islab.policy.isaaclab_play`); only that play takes ``video``,
+    ``video_length`` and ``seconds``, only islab's ``episodes`` and ``json_output``."""
+    run = isaaclab_run(run_dir)
+    wrong = _options_for_the_other(run is not None, episodes=episodes, json_output=json_output, video=video,
+                                   video_length=video_length, seconds=seconds)  # fmt: skip
+    if wrong is not None:
+        print(wrong.message(), file=sys.stderr)
+        return 2
+    if run is not None:
+        return isaaclab_play.play_command(run, checkpoint=checkpoint, num_envs=num_envs, device=device, video=video,
+                                          video_length=video_length, seconds=seconds)  # fmt: skip
+    episodes = 32 if episodes is None else episodes
+    device = "cpu" if device is None else device
     try:
         source = _check(run_dir, checkpoint, device, {"--episodes": episodes, "--num-envs": num_envs})
     except SpecError as error:
@@ -61,7 +96,11 @@ def play_command(
 
 
 def export_command(run_dir: str | Path, *, checkpoint: str = "latest", python: str | None = None) -> int:
-    """``islab-train export``: exit status (0 ok, 2 bad input)."""
+    """``islab-train export``: exit status (0 ok, 2 bad input). A run of Isaac Lab's trainer: its
+    rsl_rl play's exports (:mod:`islab.policy.isaaclab_play`)."""
+    run = isaaclab_run(run_dir)
+    if run is not None:
+        return isaaclab_play.export_command(run, checkpoint=checkpoint)
     try:
         source = _check(run_dir, checkpoint, "cpu", {})
     except SpecError as error:

@@ -7,7 +7,8 @@ answers from memory, so each step runs alone without files on disk.
 =========================  ==============================================================
 ``read_cluster_file``      the ``--cluster`` YAML text
 ``resumed_run``            ``--resume``: the run directory and its stored spec (launch.yaml)
-``isaaclab``               ``--isaaclab DIR``: Isaac Lab's train scripts and registered tasks
+``isaaclab``               ``--isaaclab auto|DIR``: where Isaac Lab is (its checkout, or the ranks'
+                           interpreter asked), its version, trainer and registered tasks
 ``add_task_module``        ``--task-module``: its tasks join the registry (read statically)
 ``task_ids``               every task id announced (entry-point metadata and ``--task-module``)
 ``task_default_envs``      a registered task's default environment count
@@ -17,6 +18,8 @@ answers from memory, so each step runs alone without files on disk.
 ``configured_libraries``   which libraries the task has an agent config for
 ``rollout_problem``        the agent config takes the overrides and gives a rollout length
 ``rollout_length``         that rollout length, which the planner's budget counts with
+``trainer_checkpoint``     ``--resume`` of an Isaac Lab run: its trainer's newest complete checkpoint
+``working_directory``      where the ranks start (Isaac Lab 2.x's rsl_rl resumes from ./logs only)
 =========================  ==============================================================
 
 What the schema and the planner need of the machine reaches them as the plain values these return
@@ -31,9 +34,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from islab import rundir
-from islab.resolve import isaaclab as isaaclab_preset
+from islab.resolve.isaaclab_install import DryRunReader, IsaacLabReader
 from islab.resolve.resumed import stored_layer
 from islab.resolve.sources import read_cluster_file
+from islab.rundir.trainer_runs import TrainerCheckpoint, newest_checkpoint
 from islab.spec.agent_config import AgentConfigError, load_agent_config
 from islab.spec.budget import rollout_length
 from islab.tasks import (
@@ -49,7 +53,7 @@ from islab.tasks import (
 class Edge(Protocol):
     """What resolution asks of the machine (see the module's table)."""
 
-    isaaclab: Any  # isaaclab_preset's preset_problem / unknown_task_problem / isaaclab_entry
+    isaaclab: Any  # an islab.resolve.isaaclab_install.IsaacLabReader
 
     def read_cluster_file(self, path: Path) -> str: ...
     def resumed_run(self, resume: Any) -> tuple[Path | None, dict[str, tuple[Any, str]]]: ...
@@ -64,12 +68,14 @@ class Edge(Protocol):
     def rollout_problem(self, lib: str, task: str, overrides: Sequence[str]) -> AgentConfigError | None: ...
     def rollout_length(self, lib: str, task: str, overrides: Sequence[str]) -> int: ...
     def agent_config_path(self, lib: str, task: str) -> Path: ...
+    def trainer_checkpoint(self, run_dir: Path, library: str) -> TrainerCheckpoint | None: ...
+    def working_directory(self) -> Path: ...
 
 
 class DiskEdge:
     """The real edge: this machine's files and installed packages."""
 
-    isaaclab = isaaclab_preset
+    isaaclab = IsaacLabReader()
 
     def read_cluster_file(self, path: Path) -> str:
         return read_cluster_file(path)
@@ -126,13 +132,20 @@ class DiskEdge:
     def agent_config_path(self, lib: str, task: str) -> Path:
         return agent_config_path(lib, task)
 
+    def trainer_checkpoint(self, run_dir: Path, library: str) -> TrainerCheckpoint | None:
+        return newest_checkpoint(run_dir, library)
+
+    def working_directory(self) -> Path:
+        return Path.cwd()
+
 
 class DryRunEdge(DiskEdge):
     """A dry run's edge: the same reads, except that ``--isaaclab DIR`` need not be a checkout on
-    this machine (:class:`islab.resolve.isaaclab.UncheckedTree`; ``warnings`` says what was not checked)."""
+    this machine (:class:`islab.resolve.isaaclab_install.DryRunReader`; ``warnings`` says what was not
+    checked)."""
 
     def __init__(self) -> None:
-        self.isaaclab = isaaclab_preset.UncheckedTree()
+        self.isaaclab = DryRunReader()
 
     @property
     def warnings(self) -> list[str]:

@@ -1,6 +1,7 @@
-"""The ``--isaaclab DIR`` preset: which script each rank runs and with which arguments.
+"""The ``--isaaclab DIR`` preset for Isaac Lab 2.x: which script each rank runs and with which arguments
+(Isaac Lab 3 is :mod:`islab.resolve.isaaclab3`; :mod:`islab.resolve.isaaclab_install` tells them apart).
 
-Isaac Lab trains with one script per library, ``DIR/scripts/reinforcement_learning/<lib>/train.py``,
+Isaac Lab 2.x trains with one script per library, ``DIR/scripts/reinforcement_learning/<lib>/train.py``,
 and its multi-GPU guide launches it as (one node, two GPUs)::
 
     python -m torch.distributed.run --nnodes=1 --nproc_per_node=2 \\
@@ -54,8 +55,10 @@ class PresetEntry:
 def train_script(isaaclab_dir: str | Path, library: str) -> Path:
     """``DIR/scripts/reinforcement_learning/<library>/train.py`` (Isaac Lab 2.x: one script per
     library, the guide's layout), or, when that file is absent and the unified entry point exists
-    (Isaac Lab 3.x: ``scripts/reinforcement_learning/train.py --rl_library <library>``, which runs
-    ``<library>/train_<library>.py``), that unified script. Not checked beyond that choice."""
+    (``scripts/reinforcement_learning/train.py --rl_library <library>``, which runs
+    ``<library>/train_<library>.py``: trees between 2.x and 3.0; a tree with Isaac Lab 3's
+    ``isaaclab_rl/entrypoints/multigpu.py`` gets the 3.x preset instead), that unified script. Not
+    checked beyond that choice."""
     per_library = Path(isaaclab_dir) / SCRIPTS_DIR / library / "train.py"
     unified = Path(isaaclab_dir) / SCRIPTS_DIR / "train.py"
     return unified if not per_library.is_file() and unified.is_file() else per_library
@@ -120,9 +123,7 @@ def isaaclab_entry(
     script = train_script(isaaclab_dir, library)
     args = ["--rl_library", library] if _is_unified(script) else []  # the unified script's selector
     args += ["--task", task]
-    for option, value in (("--num_envs", num_envs), ("--seed", seed), ("--max_iterations", max_iterations)):
-        if value is not None:
-            args += [option, str(value)]
+    args += trainer_flags(num_envs, seed, max_iterations)
     args += ["--headless"]
     if distributed and "--distributed" not in extra_args:
         args += ["--distributed"]
@@ -130,6 +131,12 @@ def isaaclab_entry(
         args += ["--ml_framework", "jax"]
     args += list(extra_args)
     return PresetEntry(script, tuple(args))
+
+
+def trainer_flags(num_envs: int | None, seed: int | None, max_iterations: int | None) -> list[str]:
+    """``[--num_envs N] [--seed S] [--max_iterations M]``: the names of Isaac Lab's trainers, 2.x and 3.x."""
+    values = (("--num_envs", num_envs), ("--seed", seed), ("--max_iterations", max_iterations))
+    return [item for option, value in values if value is not None for item in (option, str(value))]
 
 
 def tensorboard_root(library: str, working_dir: str | Path) -> Path:
@@ -149,18 +156,23 @@ def registered_task_ids(isaaclab_dir: str | Path) -> list[str]:
     (``gym.register(id="Isaac-Cartpole-Direct-v0", entry_point=f"{__name__}...", ...)``); the
     entry points are f-strings, the ids are not. An id that is not a literal (built in a loop)
     cannot be known statically and is skipped. Files that do not parse are skipped too."""
-    source = Path(isaaclab_dir) / "source"
+    return task_ids_under([Path(isaaclab_dir) / "source"])
+
+
+def task_ids_under(folders: Iterable[Path]) -> list[str]:
+    """The literal ``register`` ids of every ``__init__.py`` below ``folders`` (missing ones skipped), sorted."""
     ids: set[str] = set()
-    if not source.is_dir():
-        return []
-    for path in source.rglob("__init__.py"):
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
+    for folder in folders:
+        if not folder.is_dir():
             continue
-        if "register(" not in text:  # most package __init__ files: skip the parse
-            continue
-        ids.update(_register_ids(text))
+        for path in folder.rglob("__init__.py"):
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            if "register(" not in text:  # most package __init__ files: skip the parse
+                continue
+            ids.update(_register_ids(text))
     return sorted(ids)
 
 

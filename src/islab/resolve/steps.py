@@ -25,7 +25,8 @@ from pydantic import ValidationError
 from islab import rundir
 from islab.libs.registry import LIBRARIES
 from islab.resolve.edge import Edge
-from islab.resolve.layers import Merged, unflatten
+from islab.resolve.isaaclab_resume import apply_isaaclab_resume
+from islab.resolve.layers import Merged, Source, unflatten
 from islab.resolve.messages import issue_from_pydantic, label_of
 from islab.resolve.presets import apply_isaaclab, apply_mjlab, refuse_worker_only
 from islab.resolve.resumed import frozen_field_issue
@@ -39,7 +40,9 @@ def apply_presets(merged: Merged, edge: Edge) -> Merged:
     values, sources, origins = merged.editable()
     if values.get("mjlab"):
         apply_mjlab(values, sources, origins)
-    if values.get("isaaclab") is not None:
+    if values.get("isaaclab") is not None and sources.get("entrypoint") == Source.RESUMED:
+        apply_isaaclab_resume(values, sources, origins, edge=edge)  # its stored command, from a checkpoint
+    elif values.get("isaaclab") is not None:
         apply_isaaclab(values, sources, origins, preset=edge.isaaclab)
     if values.get("entrypoint") is not None:
         refuse_worker_only(values, origins)
@@ -83,8 +86,10 @@ def disk_issue(spec: RunSpec, edge: Edge, origins: Mapping[str, str]) -> Issue |
 
 
 def _disk_issue(spec: RunSpec, edge: Edge) -> Issue | None:
-    # Only node 0 reads the checkpoint (it broadcasts it), so other nodes need not have it.
-    if spec.resume is not None and spec.node_rank in (None, 0) and not edge.checkpoint_exists(spec.resume):
+    # Only node 0 reads the checkpoint (it broadcasts it), so other nodes need not have it. An entry
+    # point's own checkpoint was found when its preset was applied (islab.resolve.isaaclab_resume).
+    resumes_worker = spec.resume is not None and spec.entrypoint is None
+    if resumes_worker and spec.node_rank in (None, 0) and not edge.checkpoint_exists(spec.resume):
         return Issue(
             "resume",
             f"{str(Path(spec.resume))!r} is neither {rundir.RESUME_FORMS}",

@@ -24,6 +24,7 @@ from typing import IO
 from islab.run.console import route_line
 from islab.run.tensorboard_progress import TensorBoardProgress
 from islab.rundir import rank_log
+from islab.rundir.trainer_runs import ANNOUNCEMENTS
 
 
 class RankLogWriter:
@@ -39,6 +40,7 @@ class RankLogWriter:
         self.first_rank = first_rank
         self.log_of = log_of  # rundir.rank_log, or rundir.preflight_rank_log for the pre-flight probe
         self.rank0_last: str | None = None  # rank 0's last non-empty line, for the display
+        self.announced: list[str] = []  # rank 0's lines naming the trainer's run folder (Isaac Lab prints them)
         self._files: dict[int, IO[str]] = {}
         self._lock = threading.Lock()
         log_of(run_dir, 0).parent.mkdir(parents=True, exist_ok=True)
@@ -55,6 +57,8 @@ class RankLogWriter:
             handle.flush()
             if rank == 0 and text.strip():
                 self.rank0_last = text.strip()
+                if self.rank0_last.startswith(ANNOUNCEMENTS):
+                    self.announced.append(self.rank0_last)
 
     def close(self) -> None:
         with self._lock:
@@ -63,6 +67,9 @@ class RankLogWriter:
             self._files.clear()
 
 
-def events_reader(root: str, library: str | None, not_before: float | None) -> TensorBoardProgress:
-    """A reader of the entry point's TensorBoard events (``library`` None: detected from the tags)."""
-    return TensorBoardProgress(Path(root), library, not_before=not_before)
+def events_reader(
+    root: str, library: str | None, not_before: float | None, owners: Callable[[Path], bool] | None = None
+) -> TensorBoardProgress:
+    """A reader of the entry point's TensorBoard events (``library`` None: detected from the tags;
+    ``owners``: which files under a shared ``root`` are this job's, see :mod:`islab.run.event_owners`)."""
+    return TensorBoardProgress(Path(root), library, not_before=not_before, owners=owners)

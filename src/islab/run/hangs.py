@@ -12,8 +12,9 @@ behind are named with the innermost frame of their main thread (:func:`innermost
 poll loop stops the job; islab-train exits 1.
 
 A user's entry point (``--script``/``--module``/``--command``, the presets) writes no heartbeats:
-the hang watch applies to our worker only. Each node watches its own ranks (it can only signal
-those); on several nodes, every node whose ranks wait for a stuck peer reports its own.
+its hang watch reads its TensorBoard events instead (:mod:`islab.run.event_hangs`). Each node
+watches its own ranks (it can only signal those); on several nodes, every node whose ranks wait for
+a stuck peer reports its own.
 
 Pure parts (:func:`innermost_frame`, :func:`ranks_behind`, :func:`hang_message`) are separate from
 the process work, which needs only ``os.kill`` and the rank logs: no torch.
@@ -55,10 +56,11 @@ class Frame:
         return f"{self.file}:{self.line} in {self.function}"
 
 
-def innermost_frame(dump: str, thread: int | None = None) -> Frame | None:
+def innermost_frame(dump: str, thread: int | None = None, *, oldest: bool = False) -> Frame | None:
     """The innermost frame of ``thread`` (faulthandler's id, ``threading.get_ident()``) in the last
     faulthandler dump of ``dump``; without it (or when that thread is not in the dump), of the
-    "Current thread" block, else of the dump's last thread (the oldest: the main thread)."""
+    "Current thread" block, else of the dump's last thread (the oldest: the main thread). ``oldest``:
+    the last thread's, whichever thread was current (a fatal signal lands on any thread)."""
     blocks: list[tuple[int, bool, list[Frame]]] = []
     for line in dump.splitlines():
         header = _THREAD.match(line)
@@ -75,6 +77,8 @@ def innermost_frame(dump: str, thread: int | None = None) -> Frame | None:
     if not with_frames:
         return None
     chosen = next((block for block in with_frames if block[0] == thread), None)
+    if oldest:
+        chosen = chosen or with_frames[-1]
     chosen = chosen or next((block for block in with_frames if block[1]), None) or with_frames[-1]
     return chosen[2][0]
 
@@ -180,7 +184,7 @@ def dump_stacks(run_dir: str, beats: Mapping[int, Mapping[str, Any]]) -> list[St
     """Signal every rank to dump its stacks into its log, wait for the dumps, add py-spy's when it
     is installed, and read each rank's innermost frame back."""
     logs = {rank: rank_log(run_dir, rank) for rank in beats}
-    before = {rank: _size(log) for rank, log in logs.items()}
+    before = {rank: file_size(log) for rank, log in logs.items()}
     for beat in beats.values():
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(beat["pid"], STACK_DUMP_SIGNAL)
@@ -189,10 +193,10 @@ def dump_stacks(run_dir: str, beats: Mapping[int, Mapping[str, Any]]) -> list[St
     deadline = time.monotonic() + DUMP_WAIT_S
     while waiting and time.monotonic() < deadline:
         time.sleep(0.1)
-        waiting = {rank: mark for rank, mark in waiting.items() if mark not in _read_from(logs[rank], before[rank])}
+        waiting = {rank: mark for rank, mark in waiting.items() if mark not in read_from(logs[rank], before[rank])}
     time.sleep(0.2)  # the main thread's frames follow its header
     frames = {
-        rank: innermost_frame(_read_from(logs[rank], before[rank]), beat.get("thread")) for rank, beat in beats.items()
+        rank: innermost_frame(read_from(logs[rank], before[rank]), beat.get("thread")) for rank, beat in beats.items()
     }
     py_spy_dumps(logs, {rank: beat["pid"] for rank, beat in beats.items()})
     return [Stuck(rank, beats[rank]["iteration"], str(logs[rank]), frames[rank]) for rank in sorted(beats)]
@@ -220,14 +224,18 @@ def py_spy_dumps(logs: Mapping[int, Path], pids: Mapping[int, int]) -> None:
             log.write(f"\n[islab] py-spy dump --native --pid {pids[rank]} (the launcher's hang watch):\n{output}")
 
 
-def _size(path: Path) -> int:
+def file_size(path: Path | None) -> int:
+    """Bytes in ``path`` now (0: missing, or no file)."""
     try:
-        return path.stat().st_size
+        return path.stat().st_size if path is not None else 0
     except OSError:
         return 0
 
 
-def _read_from(path: Path, offset: int) -> str:
+def read_from(path: Path | None, offset: int) -> str:
+    """What ``path`` holds from byte ``offset`` on (``""``: missing, or no file)."""
+    if path is None:
+        return ""
     try:
         with open(path, "rb") as handle:
             handle.seek(offset)

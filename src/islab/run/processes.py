@@ -14,7 +14,7 @@ processes (islab-train -> torchrun -> N ranks, or islab-train -> N JAX ranks):
   :data:`~islab.spec.stopping.PREEMPT_GRACE_S` later. A SIGINT during that wait stops everything at
   once. torchrun starts each rank in a session of its own, out of
   reach of ``killpg(torchrun)``, so the process tree below our children is read from ``/proc``
-  while the job runs (:func:`process_tree`) and those processes are signalled too.
+  while the job runs (:func:`islab.run.process_tree.process_tree`) and those processes are signalled too.
 * **One poll loop** (:func:`watch`) for both launchers: it streams every child's output through
   the console policy, ticks the progress display, and stops everything on a signal, on the first
   failed child (``fail_fast``: skrl-JAX ranks, whose peers would hang), when the launcher says
@@ -35,10 +35,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import IO, Any
 
 from islab.run.console import ConsolePolicy, RunView, Stream, TracebackCondenser, rank_prefix, route_line
+from islab.run.process_tree import process_tree, read_stat
 from islab.spec.stopping import PREEMPT_GRACE_S, PREEMPT_SIGNALS
 
 # Where a launcher's own report of a failed rank begins (torchrun: "Sending process P closing signal
@@ -62,79 +62,6 @@ def exit_code_of(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def process_tree(roots: Iterable[int], proc: Path = Path("/proc")) -> dict[int, int]:
-    """Every descendant of ``roots`` (not the roots themselves) as ``{pid: start time}``, read from
-    ``/proc/<pid>/stat``. The start time tells a live process from a later one that reused its pid.
-    Empty where there is no ``/proc`` (supervision is Linux-only anyway).
-
-    Walked down from the roots through ``/proc/<pid>/task/<tid>/children`` (a handful of reads for a
-    job, where scanning every process of a shared machine cost the launcher ~10-30 ms of CPU four
-    times a second, taken from the ranks); the full scan where a kernel has no children files."""
-    walked = _walk_children(roots, proc)
-    if walked is not None:
-        return walked
-    children: dict[int, list[int]] = {}
-    started: dict[int, int] = {}
-    try:
-        entries = [entry for entry in os.listdir(proc) if entry.isdigit()]
-    except OSError:
-        return {}
-    for entry in entries:
-        stat = _read_stat(int(entry), proc)
-        if stat is not None:
-            ppid, start = stat
-            children.setdefault(ppid, []).append(int(entry))
-            started[int(entry)] = start
-    found: dict[int, int] = {}
-    todo = list(roots)
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            if child not in found:
-                found[child] = started[child]
-                todo.append(child)
-    return found
-
-
-def _walk_children(roots: Iterable[int], proc: Path) -> dict[int, int] | None:
-    """:func:`process_tree` from the children files; None when a live process has none to read."""
-    found: dict[int, int] = {}
-    todo = list(roots)
-    while todo:
-        pid = todo.pop()
-        try:
-            tasks = os.listdir(proc / str(pid) / "task")
-        except OSError:
-            continue  # gone meanwhile
-        for tid in tasks:
-            try:
-                listed = (proc / str(pid) / "task" / tid / "children").read_text().split()
-            except FileNotFoundError:
-                if (proc / str(pid) / "task" / tid).is_dir():
-                    return None  # no children files on this kernel (CONFIG_PROC_CHILDREN)
-                continue
-            except OSError:
-                continue
-            for child in map(int, listed):
-                stat = _read_stat(child, proc)
-                if child not in found and stat is not None:
-                    found[child] = stat[1]
-                    todo.append(child)
-    return found
-
-
-def _read_stat(pid: int, proc: Path = Path("/proc")) -> tuple[int, int] | None:
-    """(parent pid, start time in clock ticks) of a live, non-zombie process, else None."""
-    try:
-        text = (proc / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    # "pid (comm) state ppid ...": comm may contain spaces and parentheses, so split after the last ")".
-    fields = text[text.rfind(")") + 2 :].split()
-    if len(fields) < 20 or fields[0] in {"Z", "X"}:
-        return None
-    return int(fields[1]), int(fields[19])
-
-
 class ProcessGroups:
     """The children we started, each leading its own process group, and the signals we got.
 
@@ -145,15 +72,20 @@ class ProcessGroups:
     itself has to be SIGKILLed.
     """
 
-    def __init__(self, grace_s: float, preempt_grace_s: float = PREEMPT_GRACE_S):
+    def __init__(self, grace_s: float, preempt_grace_s: float = PREEMPT_GRACE_S, *, interrupt_ranks: bool = False):
         self.grace_s = grace_s
         self.preempt_grace_s = preempt_grace_s
+        # A trainer that stops cleanly on Ctrl-C (Isaac Lab's): a preempting signal becomes SIGINT to its ranks
+        self.interrupt_ranks = interrupt_ranks
+        self.rank_children: set[int] = set()  # children that are ranks themselves (skrl-JAX)
         self.processes: list[subprocess.Popen[bytes]] = []
         self.received: int | None = None
         self.tracked: dict[int, int] = {}  # pid -> start time, every descendant seen so far
         self._previous: dict[int, Any] = {}
 
-    def start(self, argv: Iterable[str], env: Mapping[str, str], **popen: Any) -> subprocess.Popen[bytes]:
+    def start(
+        self, argv: Iterable[str], env: Mapping[str, str], *, is_rank: bool = False, **popen: Any
+    ) -> subprocess.Popen[bytes]:
         # The child starts with SIGUSR1 ignored (an ignored signal stays ignored across exec, down to
         # the ranks, whose worker handles it once training starts): SLURM delivers a forwarded SIGUSR1
         # to every process of the step, and torchrun, which does not handle it, would die of it and
@@ -166,6 +98,8 @@ class ProcessGroups:
             if ignoring:
                 signal.signal(signal.SIGUSR1, previous)
         self.processes.append(process)
+        if is_rank:
+            self.rank_children.add(process.pid)
         return process
 
     def track(self) -> None:
@@ -183,7 +117,7 @@ class ProcessGroups:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signum)
         for pid, start in list(self.tracked.items()):
-            stat = _read_stat(pid)
+            stat = read_stat(pid)
             if stat is None or stat[1] != start:
                 del self.tracked[pid]  # gone (or its pid now belongs to someone else)
                 continue
@@ -193,12 +127,28 @@ class ProcessGroups:
                 else:
                     os.kill(pid, signum if descendants is None else descendants)
 
+    def interrupt(self) -> None:
+        """SIGINT to every rank's process group, once each: the ranks we started, and below a launcher
+        the processes that lead a group of their own (torchrun starts each rank in a new session). The
+        launcher itself gets nothing (torchrun would SIGTERM its ranks at once); it ends after them.
+        A second SIGINT would cut a rank's shutdown short (Isaac Lab 3 exits at once on it)."""
+        self.track()
+        leaders = {process.pid for process in self.processes if process.pid in self.rank_children}
+        for pid, start in self.tracked.items():
+            stat = read_stat(pid)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if stat is not None and stat[1] == start and os.getpgid(pid) == pid:
+                    leaders.add(pid)
+        for leader in leaders:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(leader, signal.SIGINT)
+
     def live_pids(self) -> set[int]:
         """Our children and their remembered descendants (:meth:`track`) that are still the
         processes we saw."""
         live = {process.pid for process in self.processes if process.returncode is None}
         for pid, start in self.tracked.items():
-            stat = _read_stat(pid)
+            stat = read_stat(pid)
             if stat is not None and stat[1] == start:
                 live.add(pid)
         return live
@@ -216,6 +166,9 @@ class ProcessGroups:
             self.signal_all(signal.SIGKILL)
             return
         self.received = signum
+        if signum in PREEMPT_SIGNALS and self.interrupt_ranks:
+            self.interrupt()
+            return
         if signum in PREEMPT_SIGNALS:
             # torchrun forwards SIGTERM to its ranks and waits for them; SIGUSR1 to every rank is for
             # the ranks torchrun does not forward to (it forwards no SIGUSR1) and for skrl-JAX ranks.
@@ -350,16 +303,22 @@ def watch(
     on_line: Callable[[int | None, str], None],
     overdue: Callable[[], bool],
     hung: Callable[[set[int]], bool] | None = None,
+    on_tick: Callable[[set[int]], None] | None = None,
+    interrupt_ranks: bool = False,
 ) -> Outcome:
     """Run ``children`` to the end (see the module docstring) and report how they ended.
-    ``hung`` gets the pids of the job's live processes on every tick; True stops the job."""
+    ``hung`` gets the pids of the job's live processes on every tick; True stops the job. ``on_tick``
+    gets them too, before the view reads progress (:class:`islab.run.event_owners.JobEventFiles`).
+    ``interrupt_ranks``: a preempting signal stops the ranks with SIGINT (:meth:`ProcessGroups.interrupt`)."""
     children = list(children)
     outcome = Outcome(tails=[deque(maxlen=child.tail_lines) for child in children])
     signalled_at: list[float] = []
-    with ProcessGroups(grace_s, preempt_grace_s) as groups:
+    with ProcessGroups(grace_s, preempt_grace_s, interrupt_ranks=interrupt_ranks) as groups:
         processes, pumps = [], []
         for child, tail in zip(children, outcome.tails, strict=True):
-            process = groups.start(child.argv, child.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            process = groups.start(
+                child.argv, child.env, is_rank=child.rank is not None, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
             processes.append(process)
             err_sink = out if child.stderr_to_stdout else err
             # After a signal or a hang the stop is ours: its tracebacks are not news (the logs keep them).
@@ -372,8 +331,10 @@ def watch(
             groups.escalate_if_signalled(signalled_at)
             ticked = time.monotonic() - last_tick >= TICK_INTERVAL_S
             if ticked:
-                view.tick()
                 groups.track()
+                if on_tick is not None:
+                    on_tick(groups.live_pids())
+                view.tick()
                 last_tick = time.monotonic()
             if groups.received is None and outcome.first_failed is None and not (outcome.overdue or outcome.hung):
                 failed = next((i for i, p in enumerate(processes) if p.returncode not in (None, 0)), None)

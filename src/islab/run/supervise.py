@@ -18,7 +18,9 @@ the one poll loop of :mod:`islab.run.processes`:
   ``rendezvous.timeout_s`` end the run with one message naming the timeout and the address.
 * **Hangs are named.** With our worker, ranks that finish no iteration for ``hang_timeout_s``
   dump their stacks to their logs, the job is stopped and one message names the ranks that are
-  behind and where they are stuck (:mod:`islab.run.hangs`); islab-train exits 1.
+  behind and where they are stuck (:mod:`islab.run.hangs`); islab-train exits 1. An entry point's
+  progress is its TensorBoard events, its ranks' stacks come from faulthandler switched on through
+  their environment, or py-spy (:mod:`islab.run.event_hangs`).
 * **The console is ours.** By default only rank 0's stderr passes (``--all-ranks``: everything,
   prefixed ``[rank R]``), the ranks' full output being in their log files. On the node that hosts
   rank 0 a :class:`~islab.run.console.RunView` draws the progress and, after a successful
@@ -39,8 +41,11 @@ from typing import IO, Any
 from islab.plan.launch_plan import LaunchPlan
 from islab.run.console import ConsolePolicy, RunView, finish, resume_command
 from islab.run.entrypoint import RankLogWriter, events_reader
+from islab.run.event_hangs import EventHangWatch, with_fault_handler
+from islab.run.event_owners import JobEventFiles
 from islab.run.failures import known_failure_lines
 from islab.run.hangs import HangWatch
+from islab.run.isaaclab_launch import preemption_line, record_run_folder, resume_hint
 from islab.run.processes import watch
 from islab.run.skrl_jax_node import SkrlJaxNode
 from islab.run.torchrun_node import TorchrunNode
@@ -79,15 +84,20 @@ def run_plan(
     console: ConsoleOptions | None = None,
 ) -> int:
     """Run ``node_rank``'s part of ``plan`` to the end; return the exit status for islab-train."""
+    if plan.entrypoint and plan.hang_timeout_s:  # a hung entry point's ranks dump their stacks on SIGABRT
+        plan = with_fault_handler(plan, os.environ)
     node = plan.node(node_rank)
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     options = console or ConsoleOptions()
     runner = NODE_RUNNERS[plan.launcher](plan, node)
-    on_line, logs, reader = runner.observe, None, None
+    on_line, logs, reader, owners = runner.observe, None, None, None
     if plan.entrypoint:  # a user's script: we write its rank logs and read its TensorBoard events
         logs = RankLogWriter(plan.run_dir, getattr(runner, "first_rank", None))
-        reader = events_reader(plan.events_root or plan.run_dir, plan.events_library, plan.events_not_before)
+        root = plan.events_root or plan.run_dir
+        # A preset's trainer writes under <cwd>/logs/<lib>, shared with any other run started there
+        owners = JobEventFiles(root) if root != plan.run_dir else None
+        reader = events_reader(root, plan.events_library, plan.events_not_before, owners and owners.owns)
 
         def on_line(rank: int | None, line: str) -> None:
             logs(rank, line)
@@ -98,17 +108,30 @@ def run_plan(
         interval_s=options.interval_s, reader=reader, last_line=logs and (lambda: logs.rank0_last),
     )  # fmt: skip
     explanation = io.StringIO()
-    # Our worker's ranks write heartbeats; a user's entry point does not (plan.hang_timeout_s is 0).
-    hangs = HangWatch(plan.run_dir, plan.hang_timeout_s) if plan.hang_timeout_s and not plan.entrypoint else None
+    # Our worker's ranks write heartbeats; an entry point's progress is its TensorBoard events.
+    hangs: Any = None
+    if plan.hang_timeout_s and not plan.entrypoint:
+        hangs = HangWatch(plan.run_dir, plan.hang_timeout_s)
+    elif plan.hang_timeout_s:
+        own = events_reader(root, plan.events_library, plan.events_not_before, owners and owners.owns)
+        hangs = EventHangWatch(plan.run_dir, plan.hang_timeout_s, own)
     started = time.time()
     try:
         outcome = watch(
             runner.children(), grace_s=grace_s, preempt_grace_s=preempt_grace_s, out=out, err=err, view=view,
             policy=ConsolePolicy(all_ranks=options.all_ranks), fail_fast=runner.fail_fast,
-            on_line=on_line, overdue=runner.overdue, hung=hangs,
+            on_line=on_line, overdue=runner.overdue, hung=hangs, on_tick=owners and owners.observe,
+            interrupt_ranks=plan.isaaclab,
         )  # fmt: skip
+        if plan.isaaclab and logs is not None:  # where this launch's Isaac Lab run is, for --resume and play
+            readers = (reader, getattr(hangs, "reader", None))
+            record_run_folder(plan, (getattr(item, "path", None) for item in readers), logs.announced)
         preempted = preemption_since(plan.run_dir, started)
-        if preempted is not None and outcome.received in (None, *PREEMPT_SIGNALS):
+        if plan.isaaclab and outcome.received in PREEMPT_SIGNALS:
+            line, resumable = preemption_line(plan, outcome.received)
+            err.write(line + "\n")
+            status = PREEMPTED_EXIT_CODE if resumable else 128 + outcome.received
+        elif preempted is not None and outcome.received in (None, *PREEMPT_SIGNALS):
             # the signal islab-train got; the ranks may have seen another copy first (torchrun's SIGTERM)
             name = signal.Signals(outcome.received).name if outcome.received else preempted.get("signal")
             err.write(
@@ -140,6 +163,8 @@ def run_plan(
         status = _check_digests(plan.run_dir, explanation)
     if status == 0 and options.progress:
         finish(plan.run_dir, out, tty=options.live, resume=resume_command(plan.run_dir), records=view.records)
+    elif options.progress and plan.isaaclab:
+        err.write(resume_hint(plan, resume_command(plan.run_dir)))
     elif options.progress:
         _resume_hint(plan.run_dir, err)
     # A failure's message (rank, node, log, exception) stays the last line, after the resume hint.

@@ -26,6 +26,7 @@ this module.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -196,7 +197,8 @@ class TensorBoardProgress:
     iteration is its timestep.
 
     ``library`` None (a ``--script`` of unknown library): the first tag that belongs to a known
-    library's table decides which table is used.
+    library's table decides which table is used. ``owners`` (a path -> bool), when given, keeps the
+    files of other jobs writing under the same ``root`` out (:mod:`islab.run.event_owners`).
 
     A record may be returned again by a later poll with more fields filled (rl_games writes the
     iteration marker before the reward): keep the last record per iteration, as
@@ -211,6 +213,7 @@ class TensorBoardProgress:
         rollouts: int | None = None,
         total_envs: int | None = None,
         not_before: float | None = None,
+        owners: Callable[[Path], bool] | None = None,
     ) -> None:
         if library is not None and library not in TAGS:
             raise ValueError(f"no TensorBoard tag table for {library!r}; known: {', '.join(TAGS)}")
@@ -221,6 +224,7 @@ class TensorBoardProgress:
         self.rollouts = rollouts
         self.total_envs = total_envs
         self.not_before = not_before
+        self.owners = owners
         self.path: Path | None = None
         self.offset = 0
         self._start: float | None = None
@@ -230,6 +234,8 @@ class TensorBoardProgress:
     def poll(self) -> list[dict[str, Any]]:
         """New or updated records, oldest iteration first; [] when there is nothing new."""
         files = find_event_files(self.root, self.not_before) if self.root.exists() else []
+        if self.owners is not None:
+            files = [path for path in files if self.owners(path)]
         if files and files[-1] != self.path:
             self.path, self.offset = files[-1], 0
         if self.path is None:

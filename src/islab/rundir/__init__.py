@@ -21,6 +21,8 @@ Every run writes into one directory, chosen by the launcher (``<log_dir>/<run_na
     exported/policy.pt       ``islab-train export``: TorchScript policy (normalizer folded in)
     exported/policy.onnx     the same policy as ONNX
     exported/policy.json     its inputs, outputs, action scaling, library, checkpoint
+    trainer_runs.jsonl       Isaac Lab's train.py: its own run folder of each launch (the launcher
+                             appends; :mod:`~islab.rundir.trainer_runs`)
 
 The launcher reads what the ranks write (progress, summary, logs) and the ranks read what an
 earlier run wrote (checkpoints, progress after an elastic restart), so both sides import the
@@ -31,9 +33,10 @@ resumes) plus ``"losses": {name: value}`` where the library gives them cheaply.
 
 The package is split by concept: :mod:`~islab.rundir.layout` (names and paths),
 :mod:`~islab.rundir.interpret` (what a path a user gives means), :mod:`~islab.rundir.progress`
-(``progress.jsonl``), :mod:`~islab.rundir.records` (every other record) and
-:mod:`~islab.rundir.claim` (a new directory, claimed atomically). Its API is the names imported
-here: ``from islab import rundir; rundir.latest_checkpoint(run)``.
+(``progress.jsonl``), :mod:`~islab.rundir.records` (every other record),
+:mod:`~islab.rundir.claim` (a new directory, claimed atomically) and
+:mod:`~islab.rundir.trainer_runs` (an entry point's own run folders and their checkpoints, imported
+from there). Its API is the names imported here: ``from islab import rundir; rundir.latest_checkpoint(run)``.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ EXPORT_DIR = "exported"
 WANDB_RUN_ID_FILE = "wandb_run_id"
 PREFLIGHT_FILE = "preflight.json"
 PREFLIGHT_DIR = "preflight"  # the probe's rank logs (NCCL_DEBUG=INFO output)
+TRAINER_RUNS_FILE = "trainer_runs.jsonl"  # an entry point's own run folders (islab.rundir.trainer_runs)
 
 
 def logs_dir(run_dir: str | Path) -> Path:

@@ -34,6 +34,7 @@ MLFramework = Literal[ML_FRAMEWORKS]  # type: ignore[valid-type]
 Device = Literal[choices_of("device")]  # type: ignore[valid-type]  # the worker's argument lists them
 RdzvBackend = Literal["static", "c10d"]
 Logger = Literal[choices_of("logger")]  # type: ignore[valid-type]
+StartMethod = Literal["spawn", "fork", "forkserver"]  # torchrun's --start-method
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "lib": tuple(LIBRARIES),
@@ -41,6 +42,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "device": choices_of("device"),
     "rendezvous.backend": ("static", "c10d"),
     "logger": choices_of("logger"),
+    "start_method": ("spawn", "fork", "forkserver"),
 }
 
 DEFAULT_TASK: str = default_of("task")
@@ -75,6 +77,7 @@ ENV_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 Count = Annotated[StrictInt, Field(ge=1)]
 NonNegative = Annotated[StrictInt, Field(ge=0)]
 Port = Annotated[StrictInt, Field(ge=1, le=65535)]
+Seconds = Annotated[float, Field(gt=0)]
 
 
 def host_port_field(field_name: str, value: str | None, fix: str) -> str | None:

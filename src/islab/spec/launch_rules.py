@@ -50,6 +50,12 @@ class LaunchFields(Protocol):
     def max_restarts(self) -> int: ...
     @property
     def nnodes(self) -> int: ...
+    @property
+    def virtual_local_rank(self) -> bool: ...
+    @property
+    def monitor_interval_s(self) -> float | None: ...
+    @property
+    def start_method(self) -> str | None: ...
 
 
 # Every field of the spec is in exactly one of these two lists (tests/cli/test_cli.py checks), so a new
@@ -59,7 +65,8 @@ class LaunchFields(Protocol):
 # hang_timeout_s: each node watches (and can only signal) its own ranks. A worker option declared
 # in islab.spec.worker_args is classified by its row (``Cli.shared``).
 PER_NODE_FIELDS: tuple[str, ...] = (
-    "node_rank", "python", "env", "log_dir", "nproc_per_node", "hang_timeout_s",
+    "node_rank", "python", "env", "log_dir", "nproc_per_node", "hang_timeout_s", "virtual_local_rank",
+    "monitor_interval_s", "start_method",
     *(arg.name for arg in spec_options() if not arg.cli.shared),  # type: ignore[union-attr]
 )  # fmt: skip
 # What every node must agree on: nodes that differ here hang at the rendezvous or in a collective,
@@ -103,13 +110,18 @@ def check_jax(spec: LaunchFields) -> None:
         "rendezvous.id": rdzv.id is not None,
         "rendezvous.last_call_s": rdzv.last_call_s is not None,
         "max_restarts": spec.max_restarts > 0,
+        "virtual_local_rank": spec.virtual_local_rank,
+        "monitor_interval_s": spec.monitor_interval_s is not None,
+        "start_method": spec.start_method is not None,
     }
     for name, given in torchrun_only.items():
         if given:
             raise rule(
                 name,
                 "is a torchrun option; skrl with JAX is launched by skrl's JAX launcher",
-                "Remove it; give node 0's address with --coordinator-address host:port instead",
+                "Remove it (skrl's JAX launcher has no such option)"
+                if name in ("virtual_local_rank", "monitor_interval_s", "start_method")
+                else "Remove it; give node 0's address with --coordinator-address host:port instead",
             )
     if spec.nnodes > 1 and spec.coordinator_address is None:
         raise rule(

@@ -49,6 +49,8 @@ from islab.spec.fields import (
     MLFramework,
     NonNegative,
     Rendezvous,
+    Seconds,
+    StartMethod,
     WorkerOptionFields,
     host_port_field,
     node_range_keys,
@@ -90,6 +92,12 @@ class RunSpec(WorkerOptionFields):  # type: ignore[misc, valid-type]
     device: Device = default_of("device")
     rendezvous: Rendezvous = Field(default_factory=Rendezvous)
     max_restarts: NonNegative = 0
+    # torchrun's options for its agent, passed on when given (as Isaac Lab's train_multigpu does):
+    # every rank sees LOCAL_RANK 0 and only its own GPU; how often the agent checks its ranks; how
+    # it starts them. Per node, shown by the dry run only when set (AGENT_OPTION_FIELDS).
+    virtual_local_rank: bool = False
+    monitor_interval_s: Seconds | None = None
+    start_method: StartMethod | None = None
     coordinator_address: StrictStr | None = None
     env: Mapping[str, str] = Field(default_factory=dict, validate_default=True)
     run_name: StrictStr | None = None
@@ -109,8 +117,8 @@ class RunSpec(WorkerOptionFields):  # type: ignore[misc, valid-type]
     # ENTRY_KINDS) and its arguments, passed verbatim (everything after ``--`` on the command line).
     entrypoint: Mapping[str, str] | None = None
     args: tuple[StrictStr, ...] = ()
-    # The Isaac Lab preset: the checkout whose scripts/reinforcement_learning/<lib>/train.py each
-    # rank runs (resolve turns it into ``entrypoint`` and ``args``).
+    # The Isaac Lab preset: "auto" (the isaaclab installed in ``python``) or a checkout; resolve turns
+    # it into ``entrypoint`` and ``args`` (Isaac Lab 3's per-rank trainer, or 2.x's <lib>/train.py).
     isaaclab: StrictStr | None = None
     # The mjlab preset: mjlab's own `train` console script (resolve turns it into the entry point).
     mjlab: bool = False
@@ -175,6 +183,14 @@ class RunSpec(WorkerOptionFields):  # type: ignore[misc, valid-type]
     @classmethod
     def _known_task(cls, value: str, info: ValidationInfo) -> str:
         known: Collection[str] | None = (info.context or {}).get(TASK_IDS)
+        if known is not None and value not in known and value.startswith(ISAAC_LAB_TASK_PREFIXES):
+            raise rule(
+                "task",
+                f"{value!r} is one of Isaac Lab's own tasks, which islab's worker does not train",
+                "Train it with Isaac Lab's trainer: add --isaaclab auto (Isaac Lab 3 installed in the ranks' Python, "
+                "--python; 3.0 dropped the -v0 ids: Isaac-Cartpole-v0 is Isaac-Cartpole there) or --isaaclab DIR "
+                f"(a checkout). islab's worker knows: {', '.join(known)}",
+            )
         if known is not None and value not in known:
             hint = suggest(value, list(known))
             raise rule(
@@ -375,6 +391,12 @@ class RunSpec(WorkerOptionFields):  # type: ignore[misc, valid-type]
 
 
 # Input keys of the spec (``min_nnodes`` is derived from ``nnodes: "MIN:MAX"``, never given).
+# torchrun's agent options: a dry run lists them only when set (older plans print as before).
+AGENT_OPTION_FIELDS: tuple[str, ...] = ("virtual_local_rank", "monitor_interval_s", "start_method")
+
+# Task ids of Isaac Lab's own task packages (Isaac Lab 3 names contributed tasks IsaacContrib-...).
+ISAAC_LAB_TASK_PREFIXES = ("Isaac-", "IsaacContrib-")
+
 # The kinds of entry point a rank can run instead of our worker (``python PATH``, ``python -m NAME``,
 # an executable: torchrun's ``--no-python``), and the spec fields only our worker understands.
 ENTRY_KINDS: tuple[str, ...] = ("script", "module", "command")

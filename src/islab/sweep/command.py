@@ -141,7 +141,9 @@ def _prepare(
                     "Give the directory a sweep printed at its start (logs/sweeps/<name>/<time>)",
                 )
             ) from None
-        loaded = load_sweep(resume / SWEEP_COPY, name=state["name"], cluster_file=state["cluster_file"])
+        loaded = load_sweep(
+            resume / SWEEP_COPY, name=state["name"], cluster_file=state["cluster_file"], workdir=state["cwd"]
+        )
         return loaded, plan_of(loaded, str(resume.absolute()), state["python"]), state["cwd"]
     assert sweep_file is not None
     loaded = load_sweep(sweep_file)
@@ -159,6 +161,8 @@ def plan_of(loaded: LoadedSweep, sweep_dir: str, python: str) -> SweepPlan:
         device=loaded.base.device,
         nproc_per_node=loaded.base.nproc_per_node,
         cluster_file=loaded.cluster_file,
+        search_as_args=loaded.search_as_args,
+        own_cwd=loaded.own_cwd,
     )
 
 

@@ -55,7 +55,8 @@ def progress_source(loaded: LoadedSweep) -> ProgressSource:
     if base.entrypoint is None:
         return ProgressSource()
     launch = build_launch_plan(base, now=datetime.now(), free_port=29500)
-    root = None if launch.events_root == launch.run_dir else launch.events_root
+    # A preset's trainer writes under the trial's own working directory (logs/<lib>): relative to it
+    root = None if launch.events_root == launch.run_dir else os.path.relpath(launch.events_root)
     return ProgressSource(events=True, events_root=root, library=launch.events_library)
 
 
@@ -145,6 +146,8 @@ def _fit(
         seeds=tuple(spec.seed_list),
         env=trial_env(spec, spec.run, loaded.base.device, loaded.base.nproc_per_node),
         search_keys=tuple(spec.search),
+        search_as_args=loaded.search_as_args,
+        own_cwd=loaded.own_cwd,
         max_iterations=loaded.base.max_iterations if loaded.base.total_env_steps is None else None,
     )
     trainable = tune.with_resources(

@@ -23,6 +23,7 @@ def trial_plain(trial: Trial, plan: SweepPlan) -> dict[str, Any]:
         "seed": trial.seed,
         "resources": {"cpu": plan.resources.cpu, "gpu": plan.resources.gpu},
         "argv": list(trial.argv),
+        "cwd": trial.cwd,  # None: the sweep's working directory
         "env": mask_env(trial.env),
         "command": trial.command,
     }

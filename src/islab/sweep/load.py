@@ -12,6 +12,7 @@ Three kinds of mistakes are caught here, each as ``error: <file>: <field>: <prob
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,11 +22,13 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from islab.resolve.isaaclab_install import AUTO as ISAACLAB_AUTO
 from islab.resolve.resolve import Provided, ResolvedSpec, resolve_spec
 from islab.spec.issues import Issue, SpecError, suggest
 from islab.spec.run_spec import RunSpec
 from islab.sweep.schema import Distribution, SweepSpec
 from islab.sweep.trials import (
+    TASK_KEY,
     Resources,
     configurations,
     draw,
@@ -36,6 +39,9 @@ from islab.sweep.trials import (
 )
 
 SWEEP_KEYS = tuple(SweepSpec.model_fields)
+# Isaac Lab's Hydra overrides: the roots of its config, and Isaac Lab 3's preset selectors
+ISAACLAB_HYDRA_ROOTS = ("env.", "agent.")
+ISAACLAB_SELECTORS = ("physics", "presets", "renderer")
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,10 @@ class LoadedSweep:
     name: str
     source: str  # the SWEEP.yaml path as given (for messages)
     cluster_file: str | None  # run.cluster, made absolute (the trials run from the sweep's cwd)
+    # An entry point (Isaac Lab's train.py, a script): search values go to it as KEY=VALUE arguments
+    search_as_args: bool = False
+    # Its trainer writes under its working directory (Isaac Lab's, mjlab's train): a cwd per trial
+    own_cwd: bool = False
 
     @property
     def resources(self) -> Resources:
@@ -114,15 +124,26 @@ def _fields_under(parent: list[str]) -> list[str]:
     return list(getattr(model, "model_fields", {}))
 
 
-def load_sweep(path: Path, *, name: str | None = None, cluster_file: str | None = None) -> LoadedSweep:
+def load_sweep(
+    path: Path, *, name: str | None = None, cluster_file: str | None = None, workdir: str | None = None
+) -> LoadedSweep:
     """SWEEP.yaml -> a checked sweep, or :class:`SpecError` (the command prints it and exits 2).
-    ``run.cluster`` is relative to the file (``cluster_file``: already resolved, for --resume)."""
+    ``run.cluster`` is relative to the file (``cluster_file``: already resolved, for --resume);
+    ``run.isaaclab`` and ``run.python`` to ``workdir`` (default: here), where the sweep started."""
     label = path.name
     spec = parse_sweep(read_sweep_file(path), label)
+    spec = spec.model_copy(update={"run": absolute_paths(spec.run, workdir or os.getcwd())})
     cluster = spec.run.get("cluster")
     if cluster is not None and cluster_file is None:
         cluster_file = str((path.parent / str(cluster)).absolute())
-    base = resolve_trial(spec, label, cluster_file, configurations_to_check(spec)[0]).spec
+    first = configurations_to_check(spec)[0]
+    # What runs decides what a search key is: the run alone (its task, when the search chooses it)
+    plain = resolve_trial(spec, label, cluster_file, {key: first[key] for key in first if key == TASK_KEY}).spec
+    as_args = plain.entrypoint is not None
+    search_problem = entry_search_issue(spec, plain, label)
+    if search_problem is not None:
+        raise SpecError(search_problem)
+    base = resolve_trial(spec, label, cluster_file, first, as_args=as_args).spec
     if base.nnodes > 1:
         raise SpecError(
             Issue(
@@ -132,10 +153,49 @@ def load_sweep(path: Path, *, name: str | None = None, cluster_file: str | None 
             )
         )
     for config in configurations_to_check(spec)[1:]:
-        resolve_trial(spec, label, cluster_file, config)
+        resolve_trial(spec, label, cluster_file, config, as_args=as_args)
     return LoadedSweep(
-        spec=spec, base=base, name=name or spec.name or path.stem, source=str(path), cluster_file=cluster_file
-    )
+        spec=spec, base=base, name=name or spec.name or path.stem, source=str(path), cluster_file=cluster_file,
+        search_as_args=as_args, own_cwd=plain.isaaclab is not None or plain.mjlab,
+    )  # fmt: skip
+
+
+def absolute_paths(run: Mapping[str, Any], workdir: str) -> dict[str, Any]:
+    """``run`` with its directory and interpreter paths made absolute against ``workdir``: a trial may
+    run in a working directory of its own (:attr:`islab.sweep.trials.Trial.cwd`)."""
+    fixed = dict(run)
+    isaaclab = fixed.get("isaaclab")
+    if isinstance(isaaclab, str) and isaaclab != ISAACLAB_AUTO:  # auto: the ranks' installed Isaac Lab, no directory
+        fixed["isaaclab"] = os.path.join(workdir, os.path.expanduser(isaaclab))
+    python = fixed.get("python")
+    if isinstance(python, str) and os.sep in python:
+        fixed["python"] = os.path.join(workdir, os.path.expanduser(python))
+    return fixed
+
+
+def entry_search_issue(spec: SweepSpec, plain: RunSpec, label: str) -> Issue | None:
+    """A search key the run's entry point cannot take. Isaac Lab's train.py reads every
+    ``KEY=VALUE`` after its own options as a Hydra override of its ``env`` or ``agent`` config (and,
+    in Isaac Lab 3, ``physics=``/``presets=``/``renderer=`` select presets); mjlab's train reads
+    ``--agent.*`` flags, not overrides."""
+    keys = [key for key in spec.search if key != TASK_KEY]
+    if plain.mjlab and keys:
+        return Issue(
+            f"{label}: search.{keys[0]}",
+            "mjlab's train takes no KEY=VALUE overrides (its options are --agent.* / --env.* flags)",
+            f"Search {TASK_KEY} only, or train the mjlab task with islab's worker (run: {{task: <mjlab id>}})",
+        )
+    if plain.isaaclab is None:
+        return None
+    for key in keys:
+        if not key.startswith(ISAACLAB_HYDRA_ROOTS) and key not in ISAACLAB_SELECTORS:
+            return Issue(
+                f"{label}: search.{key}",
+                "is not a Hydra key of Isaac Lab's train.py, which overrides env.* and agent.* (and in "
+                f"Isaac Lab 3 selects {', '.join(ISAACLAB_SELECTORS)})",
+                f"Write e.g. agent.algorithm.learning_rate, or {TASK_KEY} to search over tasks",
+            )
+    return None
 
 
 def configurations_to_check(spec: SweepSpec) -> list[dict[str, Any]]:
@@ -149,9 +209,12 @@ def configurations_to_check(spec: SweepSpec) -> list[dict[str, Any]]:
     ]
 
 
-def resolve_trial(spec: SweepSpec, label: str, cluster_file: str | None, config: Mapping[str, Any]) -> ResolvedSpec:
+def resolve_trial(
+    spec: SweepSpec, label: str, cluster_file: str | None, config: Mapping[str, Any], *, as_args: bool = False
+) -> ResolvedSpec:
     """One trial's spec, resolved as islab-train resolves its command line: the same checks, the
-    same messages, each naming where in SWEEP.yaml the value came from."""
+    same messages, each naming where in SWEEP.yaml the value came from. ``as_args``: the search's
+    values are the entry point's ``KEY=VALUE`` arguments (:func:`islab.sweep.trials.trial_argv`)."""
     layer: dict[str, Provided] = {}
     for key, value in flatten_run(spec.run).items():
         if key == "cluster":
@@ -162,10 +225,16 @@ def resolve_trial(spec: SweepSpec, label: str, cluster_file: str | None, config:
         if key in ("overrides", "args") and isinstance(value, list):
             value = tuple(value)
         layer[key] = Provided(value, f"{label}: run.{key}")
+    if TASK_KEY in config:
+        layer["task"] = Provided(config[TASK_KEY], f"{label}: search.{TASK_KEY}")
+    chosen = [override_text(key, value) for key, value in config.items() if key != TASK_KEY]
     overrides = [str(item) for item in spec.run.get("overrides") or ()]
-    overrides += [override_text(key, value) for key, value in config.items()]
+    if as_args and chosen:
+        layer["args"] = Provided((*(str(arg) for arg in spec.run.get("args") or ()), *chosen), f"{label}: search")
+    elif not as_args:
+        overrides += chosen
     if overrides:
-        origin = f"{label}: search" if config else f"{label}: run.overrides"
+        origin = f"{label}: search" if chosen and not as_args else f"{label}: run.overrides"
         layer["overrides"] = Provided(tuple(overrides), origin)
     layer["seed"] = Provided(spec.seed_list[0], f"{label}: seeds")
     try:

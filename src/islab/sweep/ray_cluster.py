@@ -22,7 +22,7 @@ from collections.abc import MutableMapping
 from pathlib import Path
 
 from islab.doctor.probes import visible_gpu_count
-from islab.run.processes import process_tree
+from islab.run.process_tree import process_tree
 from islab.spec.issues import Issue, SpecError
 from islab.sweep.load import LoadedSweep, fit_issues
 

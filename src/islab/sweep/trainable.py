@@ -57,6 +57,8 @@ class SweepContext:
     seeds: tuple[int, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     search_keys: tuple[str, ...] = ()
+    search_as_args: bool = False  # see islab.sweep.trials.trial_argv
+    own_cwd: bool = False  # see islab.sweep.trials.Trial.cwd
     # Iterations of a trial (None with a total_env_steps budget: an interrupted trial starts again)
     max_iterations: int | None = None
 
@@ -69,8 +71,10 @@ class SweepContext:
         digest = hashlib.sha1(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:6]
         ident = f"o{digest}-s{seed}"
         log_dir = str(Path(self.sweep_dir, TRIALS_DIR, ident))
-        argv = trial_argv(self.python, self.run, self.cluster_file, seed, log_dir, chosen)
-        return Trial(ident, -1, chosen, seed, log_dir, argv, self.env)
+        argv = trial_argv(
+            self.python, self.run, self.cluster_file, seed, log_dir, chosen, search_as_args=self.search_as_args
+        )
+        return Trial(ident, -1, chosen, seed, log_dir, argv, self.env, log_dir if self.own_cwd else None)
 
 
 class IslabTrial(tune.Trainable):
@@ -100,8 +104,9 @@ class IslabTrial(tune.Trainable):
         # an attempt stopped by Ctrl-C left a checkpoint: continue it up to the trial's iterations
         argv, self.resumed_from = continuation_argv(self.trial.argv, self.trial.log_dir, context.max_iterations)
         self.process = TrialProcess(
-            argv, self.trial.env, context.cwd, self.trial.log_dir, context.source, run_dir=self.resumed_from
-        )
+            argv, self.trial.env, self.trial.cwd or context.cwd, self.trial.log_dir, context.source,
+            run_dir=self.resumed_from,
+        )  # fmt: skip
         if self.kept is None:
             write_trial_config(self.trial)
             self.process.start()

@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from islab.run.entrypoint import events_reader
+from islab.run.event_owners import JobEventFiles
 from islab.run.failures import last_exception_line
-from islab.run.processes import process_tree
+from islab.run.process_tree import process_tree
 from islab.rundir import LAUNCH_FILE, ProgressReader, latest_checkpoint, progress_path, rank_log, read_summary
 from islab.spec.stopping import PREEMPT_GRACE_S
 from islab.sweep.trials import CLI_MODULE
@@ -43,7 +44,8 @@ PGID_FILE = "pgid"
 @dataclass(frozen=True)
 class ProgressSource:
     """Where a trial's progress is read: ``progress.jsonl`` (``events`` False), or TensorBoard
-    events under ``events_root`` (None: the run directory) for ``library`` (None: detect it)."""
+    events under ``events_root`` (None: the run directory; relative: to the trial's working
+    directory) for ``library`` (None: detect it)."""
 
     events: bool = False
     events_root: str | None = None
@@ -141,6 +143,8 @@ class TrialProcess:
         self.started_at = 0.0
         self._reader: Any = None
         self._log: IO[bytes] | None = None
+        # A trainer writing under a folder others may share: only this trial's processes' files count
+        self._owners = JobEventFiles(Path(cwd, source.events_root)) if source.events and source.events_root else None
 
     def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -167,13 +171,16 @@ class TrialProcess:
 
     def new_records(self) -> list[dict[str, Any]]:
         """Progress records that appeared since the last call (the last one per iteration)."""
+        if self._owners is not None and self.process is not None and self.process.poll() is None:
+            self._owners.observe({self.process.pid, *process_tree([self.process.pid])})
         if self._reader is None:
             self.run_dir = self.run_dir or find_run_dir(self.log_dir, besides=self._earlier)
             if self.run_dir is None:
                 return []
             if self.source.events:
-                root = self.source.events_root or str(self.run_dir)
-                self._reader = events_reader(root, self.source.library, self.started_at - 1)
+                root = str(Path(self.cwd, self.source.events_root)) if self.source.events_root else str(self.run_dir)
+                owns = self._owners.owns if self._owners is not None else None
+                self._reader = events_reader(root, self.source.library, self.started_at - 1, owns)
             else:
                 self._reader = ProgressReader(progress_path(self.run_dir))
         records = self._reader.poll() if self.poll() is None or self.source.events else self._reader.drain()
@@ -214,7 +221,7 @@ def stop_group(pgid: int, grace_s: float, ended: Any) -> None:
     """SIGTERM to process group ``pgid`` (islab-train: finish the iteration, checkpoint, stop), then
     SIGKILL to it and to every process below it after ``grace_s``. islab-train starts torchrun and
     torchrun the ranks each in a session of their own, out of reach of ``killpg``: the tree is read
-    from /proc first (:func:`islab.run.processes.process_tree`), so a SIGKILL cannot orphan them."""
+    from /proc first (:func:`islab.run.process_tree.process_tree`), so a SIGKILL cannot orphan them."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s

@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,8 @@ from islab.sweep.schema import Distribution, SweepSpec
 # script on PATH needed on a Ray worker node). Users read it as ``islab-train``.
 CLI_MODULE = "islab.cli"
 PROGRAM = "islab-train"
+# The search key that chooses each trial's task (--task), as Isaac Lab's Ray tuner searches `--task`.
+TASK_KEY = "task"
 TRIALS_DIR = "trials"
 SWEEPS_DIR = "sweeps"
 # The worker's thread count per rank (islab.worker.context.THREADS_VARIABLE; that module imports torch).
@@ -68,11 +71,16 @@ class Trial:
     log_dir: str
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
+    # Where the trial runs: its log directory when its trainer writes under its working directory
+    # (Isaac Lab's and mjlab's train: ./logs/<lib>/...), so trials never share a folder; None: the sweep's.
+    cwd: str | None = None
 
     @property
     def command(self) -> str:
-        """The line a user pastes: ``islab-train ...`` with the environment in front."""
-        return shell_line(user_argv(self.argv), self.env)
+        """The line a user pastes: ``islab-train ...`` with the environment in front (and the
+        ``cd`` into the trial's own working directory, when it has one)."""
+        line = shell_line(user_argv(self.argv), self.env)
+        return f"cd {shlex.quote(self.cwd)} && {line}" if self.cwd else line
 
 
 @dataclass(frozen=True)
@@ -175,11 +183,27 @@ def flatten_run(run: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def trial_argv(
-    python: str, run: Mapping[str, Any], cluster_file: str | None, seed: int, log_dir: str, config: Mapping[str, Any]
+    python: str,
+    run: Mapping[str, Any],
+    cluster_file: str | None,
+    seed: int,
+    log_dir: str,
+    config: Mapping[str, Any],
+    *,
+    search_as_args: bool = False,
 ) -> tuple[str, ...]:
+    """One trial's islab-train command line. The search key :data:`TASK_KEY` chooses ``--task``;
+    every other key is an agent-config override: ``KEY=VALUE`` for our worker, or, with
+    ``search_as_args`` (an entry point: Isaac Lab's train.py takes them as Hydra overrides), an
+    argument after ``--``, following the run's own ``args``."""
+    chosen = {key: value for key, value in config.items() if key != TASK_KEY}
+    overrides = [override_text(key, value) for key, value in chosen.items()]
+    if TASK_KEY in config:
+        run = {**{key: value for key, value in run.items() if key != TASK_KEY}, TASK_KEY: config[TASK_KEY]}
     base_overrides = [str(item) for item in run.get("overrides") or ()]
-    overrides = [override_text(key, value) for key, value in config.items()]
     entry_args = [str(arg) for arg in run.get("args") or ()]
+    if search_as_args:
+        entry_args, overrides = [*entry_args, *overrides], []
     return (
         python,
         "-m",
@@ -210,9 +234,18 @@ def trial_env(spec: SweepSpec, run: Mapping[str, Any], device: str, nproc_per_no
 
 
 def build_plan(
-    spec: SweepSpec, *, sweep_dir: str, python: str, device: str, nproc_per_node: int, cluster_file: str | None
+    spec: SweepSpec,
+    *,
+    sweep_dir: str,
+    python: str,
+    device: str,
+    nproc_per_node: int,
+    cluster_file: str | None,
+    search_as_args: bool = False,
+    own_cwd: bool = False,
 ) -> SweepPlan:
-    """Every trial of the sweep: configurations in order, each with every seed."""
+    """Every trial of the sweep: configurations in order, each with every seed. ``search_as_args``
+    and ``own_cwd``: see :func:`trial_argv` and :attr:`Trial.cwd`."""
     env = trial_env(spec, spec.run, device, nproc_per_node)
     trials = []
     configs = configurations(spec)
@@ -220,8 +253,8 @@ def build_plan(
         for seed in spec.seed_list:
             ident = trial_id(index, seed)
             log_dir = str(Path(sweep_dir, TRIALS_DIR, ident))
-            argv = trial_argv(python, spec.run, cluster_file, seed, log_dir, config)
-            trials.append(Trial(ident, index, config, seed, log_dir, argv, env))
+            argv = trial_argv(python, spec.run, cluster_file, seed, log_dir, config, search_as_args=search_as_args)
+            trials.append(Trial(ident, index, config, seed, log_dir, argv, env, log_dir if own_cwd else None))
     return SweepPlan(
         sweep_dir=sweep_dir,
         trials=tuple(trials),
