@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from islab.rundir.layout import rank_log
 from islab.spec.issues import Issue
 
 RANK_LOGS = (
-    "islab-train writes every rank's output to <run dir>/logs/rank_<R>.log and shows rank 0's on the console "
+    f"islab-train writes every rank's output to {rank_log('<run dir>', '<R>')} and shows rank 0's on the console "
     "(--all-ranks: every rank's, prefixed [rank R]); a failing rank's traceback is shown either way"
 )
 # train_multigpu's options (3.0.0: build_parser) -> islab-train's, where the spelling differs.
