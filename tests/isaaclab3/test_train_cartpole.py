@@ -24,7 +24,6 @@ scripts/test.sh; a fresh temporary one otherwise); the first run pays for it.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -67,11 +66,6 @@ def train(workdir: Path, lib: str, environ: dict[str, str], *extra: str) -> subp
 
 
 CHECKPOINTS = {"rsl_rl": "model_*.pt", "rl_games": "nn/*.pth", "skrl": "checkpoints/agent_*.pt"}
-# `islab-train play RUN` and `--resume RUN` for Isaac Lab's trainer (islab.policy.isaaclab_play,
-# islab.resolve.isaaclab_resume) come with branch issue-29-features; until it is merged here the
-# play and resume steps are not run (said in the skip reason), after it they are.
-PLAY_AND_RESUME = all(importlib.util.find_spec(name) for name in ("islab.policy.isaaclab_play",
-                                                                  "islab.resolve.isaaclab_resume"))  # fmt: skip
 
 
 def summary_iterations(stdout: str) -> int | None:
@@ -101,7 +95,6 @@ def test_isaac_lab_3_trains_cartpole_on_one_cpu_process(trained):
     assert (run_dir / "logs" / "rank_0.log").stat().st_size > 0
 
 
-@pytest.mark.skipif(not PLAY_AND_RESUME, reason="play/resume of Isaac Lab's trainer: branch issue-29-features")
 def test_the_run_plays_back_and_resumes(trained, cpu_setup):
     lib, workdir, done = trained
     assert done.returncode == 0, done.stderr[-3000:]

@@ -174,9 +174,10 @@ def run_play(command: Sequence[str], env: Mapping[str, str], *, seconds: float |
                 try:
                     process.wait(timeout=STOP_GRACE_S)
                 except subprocess.TimeoutExpired:
+                    print(f"islab-train: Isaac Lab's play did not end within {STOP_GRACE_S:g} s of SIGINT: killed it",
+                          file=sys.stderr)  # fmt: skip
                     process.kill()
                     process.wait()
-                    return 1, True
                 break
             time.sleep(POLL_S)
     except KeyboardInterrupt:  # Ctrl-C reached both of us: it stops by itself
@@ -186,7 +187,12 @@ def run_play(command: Sequence[str], env: Mapping[str, str], *, seconds: float |
         for pump in pumps:
             pump.join(timeout=5)
     status = process.returncode
-    if stopped and playing_since is not None and status in (0, -signal.SIGINT, 128 + signal.SIGINT):
+    if stopped and playing_since is not None:
+        # It played as long as asked (or did what was asked): how it then ends under our SIGINT --
+        # cleanly, by the signal, or with its own status from a cleanup interrupted -- is not a failure.
+        if status not in (0, -signal.SIGINT, 128 + signal.SIGINT):
+            print(f"islab-train: Isaac Lab's play ended with status {status} after islab-train stopped it",
+                  file=sys.stderr)  # fmt: skip
         return 0, True
     return (128 - status if status < 0 else status) or int(stopped), stopped
 
