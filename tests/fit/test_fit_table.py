@@ -89,3 +89,23 @@ def test_bad_input_is_named_with_its_fix_and_exits_2(argv: list[str], field: str
     err = capsys.readouterr().err
     assert status == 2, err
     assert f"error: {field}" in err and "islab-train fit:" not in err  # named, and nothing measured
+
+
+@pytest.mark.parametrize("spelling", ["flag", "environment"])
+def test_num_envs_auto_without_a_cached_value_plans_the_default_and_says_so(spelling, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # nothing cached
+    argv = ["--lib", "rsl_rl", "--device", "cpu", "--dry-run"]
+    if spelling == "flag":
+        argv += ["--num-envs", "auto"]
+    else:
+        monkeypatch.setenv("ISLAB_NUM_ENVS", "auto")
+    assert cli.run(argv) == 0
+    out, err = capsys.readouterr()
+    assert "num_envs               = 4096  (source: fit, not measured yet: a launch runs islab-train fit first" in out
+    assert "--num-envs auto: nothing cached for this job yet" in err
+
+
+def test_num_envs_auto_with_an_entry_point_is_refused(capsys, tmp_path):
+    (tmp_path / "train.py").write_text("")
+    assert cli.run(["--device", "cpu", "--num-envs", "auto", "--script", str(tmp_path / "train.py"), "--dry-run"]) == 2
+    assert "error: --num-envs auto: is measured with islab's own worker" in capsys.readouterr().err

@@ -7,7 +7,9 @@ Exit codes: 0 a size was recommended; 1 none fits, or a child failed for a reaso
 
 from __future__ import annotations
 
+import shlex
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -22,6 +24,7 @@ from islab.fit.search import (
     MAX_GROWTH,
     FitError,
     FitSettings,
+    child_argv,
     fit,
 )
 from islab.fit.table import DEFAULT_MEMORY_FRACTION, format_bytes, format_table, knee, recommend, to_json
@@ -49,6 +52,7 @@ FIT_OPTIONS = (
             f"The largest size measured. Default: {MAX_GROWTH} x the job's num_envs."),
     _option("iterations", int, DEFAULT_ITERATIONS,
             "Training iterations per size; steps/s is the last one's (the first includes start-up)."),
+    _option("dry_run", bool, False, "Print the sizes and the first child's command; measure nothing.", "--dry-run"),
     _option("child_timeout", float, DEFAULT_CHILD_TIMEOUT_S, "Seconds one size may take; slower counts as not fitting.",
             metavar="SECONDS"),
 )  # fmt: skip
@@ -93,6 +97,21 @@ def settings_of(options: dict[str, Any], job_num_envs: int) -> FitSettings:
     return FitSettings(fraction, limit, low, high, options["iterations"], options["child_timeout"])
 
 
+def print_dry_run(spec: Any, settings: FitSettings) -> None:
+    """What fit would run: the sizes at most, and the first child's command line (paste-safe)."""
+    sizes, size = [], settings.min_num_envs
+    while size <= settings.max_num_envs:
+        sizes.append(size)
+        size *= 2
+    argv = child_argv(
+        spec, settings.min_num_envs, settings.iterations, Path("<scratch>/run"), Path("<scratch>/result.json")
+    )
+    print(f"# islab-train fit: one rank of {spec.task} with {spec.lib} on {spec.device}, at most "
+          f"{len(sizes)} sizes ({', '.join(map(str, sizes))} envs), {settings.iterations} iteration(s) each; "
+          "stops at the first size that does not fit")  # fmt: skip
+    print(shlex.join(argv))
+
+
 def fit_command(ctx: typer.Context, **options: Any) -> None:
     spec = resolve(ctx, options).spec
     if spec.entrypoint is not None:
@@ -102,6 +121,9 @@ def fit_command(ctx: typer.Context, **options: Any) -> None:
         settings = settings_of(options, spec.num_envs)
     except SpecError as exc:
         fail(exc)
+    if options["dry_run"]:
+        print_dry_run(spec, settings)
+        raise typer.Exit(0)
     table_stream = sys.stderr if options["json_output"] else sys.stdout
     print(f"islab-train fit: {spec.task} with {spec.lib} on {spec.device}, one rank of {spec.nproc_per_node} "
           f"per node, {settings.iterations} iteration(s) per size from {settings.min_num_envs} envs",
