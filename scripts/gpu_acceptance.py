@@ -219,6 +219,13 @@ def plan_steps(args: argparse.Namespace, gpus: int, has_collectives: bool) -> li
             play = [*islab, "play", run, "--device", device, "--episodes", "32", "--json"]
             steps.append(Step("policy", f"play on {device}", play, played))
         steps.append(Step("policy", "export", [*islab, "export", run]))
+    # islab-train fit on one rank's device: the allocator's peak + NVML's process memory, steps/s per size,
+    # a size out of memory as a row (docs/FIT.md); only a GPU checks its GPU path for real
+    fit = [*islab, "fit", *LIBRARY_PATHS[args.libs[0]], "--task", args.task, *placement(args, 1),
+           "--min-num-envs", str(args.num_envs), "--json"]  # fmt: skip
+    if args.device == "cpu":  # the CPU rehearsal of the check: one size, one iteration (the range takes minutes)
+        fit += ["--max-num-envs", str(args.num_envs), "--iterations", "1"]
+    steps.append(Step("fit", "num_envs on one device", fit, json_figures("recommended", "knee", "memory_limit_bytes")))
     syncs = [args.python, "-m", "islab.worker.host_syncs", "--device", args.device, "--json"]
     syncs += [item for lib in args.libs for item in ("--lib", lib)]
     steps.append(Step("host syncs", "per iteration", syncs, host_sync_figures))

@@ -71,6 +71,9 @@ def test_the_plan_plays_a_gpu_checkpoint_on_the_gpu_and_on_cpu_exports_it_and_be
     assert ("policy", "play on cuda") in names and ("policy", "play on cpu") in names
     assert ("policy", "export") in names
     assert ("facts", "nvidia-smi -L") in names
+    fit = next(step for step in steps if step.section == "fit")  # islab-train fit's GPU path, on one GPU
+    assert fit.argv[fit.argv.index("fit") + 1 :][:2] == ["--lib", "rsl_rl"] and "--json" in fit.argv
+    assert fit.argv[fit.argv.index("--gpus") + 1] == "1"
     bench = next(step for step in steps if step.section == "bench")
     assert bench.argv[bench.argv.index("--device") + 1] == "cuda"
     assert bench.argv[bench.argv.index("--sections") + 1 : bench.argv.index("--sections") + 3] == ["env", "train"]

@@ -25,6 +25,7 @@ from islab.cli.app import PROG, SUBCOMMANDS, app, source_of
 from islab.cli.commands import commands
 from islab.cli.isaaclab_spelling import ISAACLAB_SCRIPT_FLAGS, isaaclab_spelling_issue
 from islab.cli.options import BY_NAME, OPTIONS
+from islab.fit.auto import environment_auto_taken, take_auto
 from islab.preflight.quick_exit import end
 from islab.spec.issues import Issue, suggest
 from islab.spec.text import escape
@@ -32,7 +33,7 @@ from islab.spec.text import escape
 # Characters that typesetting puts where "--" was meant (the Chinese edition of Isaac Lab's guide
 # prints "–distributed"); argparse/click would report a confusing "unexpected argument".
 # Subcommands that resolve a training spec, and so take an entry point's arguments after `--`.
-SPEC_SUBCOMMANDS = ("doctor", "sbatch", "k8s")
+SPEC_SUBCOMMANDS = ("doctor", "sbatch", "k8s", "fit")
 
 LOOKALIKE_DASHES = "\u2013\u2014\u2212\u2010\u2011\u2012\ufe63\uff0d"
 
@@ -180,8 +181,12 @@ def run(argv: list[str] | None = None) -> int:
     else:
         app_module.ENTRY_ARGS = None
     command = typer.main.get_command(commands if subcommand else app)
+    # `--num-envs auto` (islab.fit.auto): taken off before parsing (the option is a number), applied after resolution
+    args, app_module.NUM_ENVS_AUTO = take_auto(args) if not subcommand else (args, False)
     try:
-        result = command.main(args=args, prog_name=PROG, standalone_mode=False)
+        with environment_auto_taken() as from_environment:
+            app_module.NUM_ENVS_AUTO = app_module.NUM_ENVS_AUTO or (from_environment and not subcommand)
+            result = command.main(args=args, prog_name=PROG, standalone_mode=False)
     except typer.BadParameter as exc:
         print(_bad_parameter_issue(exc).message(), file=sys.stderr)
         return 2

@@ -38,6 +38,7 @@ from islab.cli.launch_checks import (
 )
 from islab.cli.options import BY_NAME, OPTIONS, PROG, signature
 from islab.doctor.probes import find_free_port, local_address_towards, visible_gpu_count
+from islab.fit.auto import apply_auto
 from islab.k8s import allocation as k8s_allocation
 from islab.k8s import dns as k8s_dns
 from islab.plan import plan as planner
@@ -64,6 +65,10 @@ from islab.spec.issues import Issue, SpecError, mask_env
 ENTRY_ARGS: list[str] | None = None
 
 
+# `--num-envs auto` was given (set by islab.cli.run, which takes the word off before parsing).
+NUM_ENVS_AUTO = False
+
+
 def entry_args() -> list[str] | None:
     """The arguments after `--` of the command being run (read at call time: run() sets them)."""
     return ENTRY_ARGS
@@ -74,7 +79,7 @@ NO_CHECK_OPTIONS = PreflightOptions()  # the defaults: pre-flight on, 60 s
 GPUS_ALL_ASSUMED = "no CUDA device is visible here, so this plan assumes 1 GPU per node"
 
 # The subcommands beside the training command (islab.cli.commands registers each; --help lists them).
-SUBCOMMANDS = ("doctor", "sbatch", "k8s", "tasks", "play", "export", "sweep")
+SUBCOMMANDS = ("doctor", "sbatch", "k8s", "tasks", "play", "export", "sweep", "fit")
 
 EPILOG = f"""\
 [bold]Examples[/bold]
@@ -129,6 +134,8 @@ app = typer_app(add_completion=True)
 def train(ctx: typer.Context, **options: Any) -> None:
     warnings: list[str] = []  # what a dry run planned without checking it on this machine
     resolved = resolve(ctx, options, dry_run_warnings=warnings if options["dry_run"] else None)
+    if NUM_ENVS_AUTO:  # --num-envs auto: fit's recommendation, cached or measured now (islab.fit.auto)
+        resolved = checked(lambda: apply_auto(resolved, dry_run=options["dry_run"], warnings=warnings))
     if options["json_output"] and not options["dry_run"]:
         fail(SpecError(Issue("--json", "only works together with --dry-run", "Add --dry-run")))
     checks = checked(preflight_options, options)

@@ -1,6 +1,7 @@
 """The subcommands: ``doctor`` (pre-flight checks), ``sbatch`` (a SLURM batch script), ``k8s`` (a
 Kubernetes job: :mod:`islab.cli.k8s_command`), ``tasks``, ``play`` and ``export`` (a trained run:
-:mod:`islab.policy.cli_commands`), ``sweep`` (many runs on Ray Tune: :mod:`islab.sweep`).
+:mod:`islab.policy.cli_commands`), ``sweep`` (many runs on Ray Tune: :mod:`islab.sweep`), ``fit`` (how many envs fit:
+:mod:`islab.cli.fit_command`).
 
 ``doctor`` and ``sbatch`` take the training command's spec options (the option table of
 :mod:`islab.cli.options`), so option names, help, environment variables and validation stay one
@@ -20,6 +21,7 @@ import typer
 
 from islab import rundir
 from islab.cli.app import checked, entry_args, fail, plan_for, resolve, source_of, typer_app
+from islab.cli.fit_command import FIT_EPILOG, FIT_HELP, fit_command
 from islab.cli.k8s_command import K8S_EPILOG, K8S_HELP, k8s_command
 from islab.cli.launch_checks import preflight_options, run_collective_check
 from islab.cli.options import OPTIONS, keyword, signature
@@ -338,3 +340,4 @@ def sweep_command(
 
 
 commands.command("k8s", epilog=K8S_EPILOG, help=K8S_HELP)(k8s_command)
+commands.command("fit", epilog=FIT_EPILOG, help=FIT_HELP)(fit_command)

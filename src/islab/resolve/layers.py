@@ -32,6 +32,7 @@ class Source(str, Enum):
     FILE = "file"
     RESUMED = "resumed"  # the stored spec of the run being resumed (islab.resolve.resumed)
     DEFAULT = "default"
+    FIT = "fit"  # --num-envs auto: islab-train fit's recommendation (islab.fit.auto), after resolution
 
 
 @dataclass(frozen=True)

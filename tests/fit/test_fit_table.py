@@ -1,0 +1,111 @@
+"""``islab-train fit``'s pure parts and its bad input: when the search stops, what it recommends, the
+knee, the memory a CPU rank may use (cgroup files), ``--num-envs auto`` taken off the command line,
+and options refused with exit 2 before any child starts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from islab import cli
+from islab.fit.auto import take_auto
+from islab.fit.memory import cgroup_limit_bytes
+from islab.fit.table import FitRow, knee, predicted_next_peak, recommend, stop_reason, to_json
+
+MIB = 1024**2
+
+
+def row(num_envs: int, peak_mib: float, rate: float | None, fits: bool = True, oom: bool = False) -> FitRow:
+    return FitRow(num_envs, int(peak_mib * MIB), rate, fits=fits, out_of_memory=oom, note="" if fits else "too big")
+
+
+def test_linear_memory_predicts_the_next_doubling() -> None:
+    rows = [row(64, 300, 100), row(128, 340, 180)]  # 40 MiB per 64 envs: 256 envs -> 340 + 80
+    assert predicted_next_peak(rows) == int(420 * MIB)
+    assert stop_reason(rows, budget=int(400 * MIB), max_num_envs=10**6).startswith("256 envs are predicted")
+    assert stop_reason(rows, budget=int(500 * MIB), max_num_envs=10**6) is None
+
+
+def test_the_search_stops_at_a_row_that_does_not_fit_at_max_and_at_a_plateau() -> None:
+    assert "do not fit" in stop_reason([row(64, 300, 100, fits=False)], 10**12, 10**6)
+    assert "max-num-envs" in stop_reason([row(64, 300, 100)], 10**12, 64)
+    flat = [row(64, 300, 100), row(128, 300, 105), row(256, 300, 110)]
+    assert "stopped growing" in stop_reason(flat, 10**12, 10**6)
+
+
+def test_recommendation_is_the_largest_fitting_size_and_the_knee_the_smallest_near_the_best() -> None:
+    rows = [row(64, 300, 100), row(128, 320, 950), row(256, 360, 1000), row(512, 900, None, fits=False, oom=True)]
+    chosen = recommend(rows, memory_limit_bytes=int(1000 * MIB), fraction=0.85)
+    assert chosen.num_envs == 256 and "85%" in chosen.reason
+    assert knee(rows).num_envs == 128
+    document = json.loads(to_json("cpu", int(1000 * MIB), 0.85, rows, "stopped"))
+    assert document["recommended"]["num_envs"] == 256
+    assert [r["fits"] for r in document["rows"]] == [True, True, True, False]
+    assert set(document["rows"][0]) >= {"num_envs", "peak_memory_bytes", "env_steps_per_s", "fits"}
+    assert recommend([rows[-1]], int(1000 * MIB), 0.85).num_envs is None
+
+
+def test_cgroup_limits_v2_and_v1(tmp_path: Path) -> None:
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "memory.max").write_text("2147483648\n")
+    (tmp_path / "memory.max").write_text("max\n")
+    proc = tmp_path / "cgroup"
+    proc.write_text("0::/job\n")
+    assert cgroup_limit_bytes(proc, tmp_path) == 2147483648
+    (tmp_path / "memory" / "slurm").mkdir(parents=True)
+    (tmp_path / "memory" / "slurm" / "memory.limit_in_bytes").write_text("1073741824\n")
+    (tmp_path / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1's "no limit"
+    proc.write_text("9:memory:/slurm\n")
+    assert cgroup_limit_bytes(proc, tmp_path) == 1073741824
+    proc.write_text("9:memory:/\n")
+    assert cgroup_limit_bytes(proc, tmp_path) is None
+
+
+def test_num_envs_auto_is_taken_off_the_command_line_but_not_after_the_separator() -> None:
+    assert take_auto(["--num-envs", "auto", "--nproc", "2"]) == (["--nproc", "2"], True)
+    assert take_auto(["--num-envs=auto"]) == ([], True)
+    assert take_auto(["--num-envs", "64", "--", "--num-envs", "auto"]) == (
+        ["--num-envs", "64", "--", "--num-envs", "auto"],
+        False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["--memory-fraction", "1.5"], "--memory-fraction"),
+        (["--memory-limit", "0"], "--memory-limit"),
+        (["--min-num-envs", "0"], "--min-num-envs"),
+        (["--min-num-envs", "512", "--max-num-envs", "64"], "--max-num-envs"),
+        (["--script", "train.py"], "fit"),
+        (["--num-envs", "many"], "--num-envs"),
+    ],
+)
+def test_bad_input_is_named_with_its_fix_and_exits_2(argv: list[str], field: str, capsys, tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("")
+    status = cli.run(["fit", "--device", "cpu", "--log-dir", str(tmp_path), *argv])
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert f"error: {field}" in err and "islab-train fit:" not in err  # named, and nothing measured
+
+
+@pytest.mark.parametrize("spelling", ["flag", "environment"])
+def test_num_envs_auto_without_a_cached_value_plans_the_default_and_says_so(spelling, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # nothing cached
+    argv = ["--lib", "rsl_rl", "--device", "cpu", "--dry-run"]
+    if spelling == "flag":
+        argv += ["--num-envs", "auto"]
+    else:
+        monkeypatch.setenv("ISLAB_NUM_ENVS", "auto")
+    assert cli.run(argv) == 0
+    out, err = capsys.readouterr()
+    assert "num_envs               = 4096  (source: fit, not measured yet: a launch runs islab-train fit first" in out
+    assert "--num-envs auto: nothing cached for this job yet" in err
+
+
+def test_num_envs_auto_with_an_entry_point_is_refused(capsys, tmp_path):
+    (tmp_path / "train.py").write_text("")
+    assert cli.run(["--device", "cpu", "--num-envs", "auto", "--script", str(tmp_path / "train.py"), "--dry-run"]) == 2
+    assert "error: --num-envs auto: is measured with islab's own worker" in capsys.readouterr().err
