@@ -12,7 +12,8 @@ processes (islab-train -> torchrun -> N ranks, or islab-train -> N JAX ranks):
   for a stop with a checkpoint instead: SIGTERM to every group (torchrun forwards it to its ranks
   and waits for them), SIGUSR1 to every rank (torchrun forwards no SIGUSR1), and SIGKILL only
   :data:`~islab.spec.stopping.PREEMPT_GRACE_S` later. A SIGINT during that wait stops everything at
-  once. torchrun starts each rank in a session of its own, out of
+  once. A trainer that stops cleanly on Ctrl-C instead (Isaac Lab's) gets SIGINT, to its ranks only
+  (``interrupt_ranks``, :meth:`ProcessGroups.interrupt`). torchrun starts each rank in a session of its own, out of
   reach of ``killpg(torchrun)``, so the process tree below our children is read from ``/proc``
   while the job runs (:func:`islab.run.process_tree.process_tree`) and those processes are signalled too.
 * **One poll loop** (:func:`watch`) for both launchers: it streams every child's output through

@@ -8,7 +8,8 @@ the one poll loop of :mod:`islab.run.processes`:
 * **Exit codes tell the truth.** The launcher's exit code is passed through (death by signal N
   becomes 128 + N); islab-train stopped by SIGINT exits 130. A preempting signal (SIGTERM,
   SIGUSR1) whose stop the ranks checkpointed exits 75 (:data:`islab.spec.stopping.PREEMPTED_EXIT_CODE`),
-  one that could not be checkpointed in time 128 + signal (143, 138).
+  one that could not be checkpointed in time 128 + signal (143, 138). Isaac Lab's trainer stops on
+  SIGINT instead and goes on from its own newest checkpoint (:mod:`islab.run.isaaclab_launch`).
 * **Failures are named.** One ``error:`` line with the node, the rank, its exception (torch's
   error files, see :mod:`islab.plan.torchrun`) or the signal that killed it, and its log.
 * **Diverged ranks fail the run.** After a successful run the ranks' final policy digests
