@@ -46,6 +46,8 @@ def test_tag_names_are_the_installed_libraries():
         assert f"'{tag}'" in a2c, tag
     for path in ("skrl/agents/torch/base.py", "skrl/agents/jax/base.py"):
         assert f'"{TAGS["skrl"].reward_tag}"' in _library_source(path)
+    for path in ("skrl/agents/torch/ppo/ppo.py", "skrl/agents/jax/ppo/ppo.py"):  # tracked at every update
+        assert f'self.track_data("{TAGS["skrl"].iteration_tag}"' in _library_source(path)
 
 
 def _torch_writer(log_dir: Path):
@@ -112,6 +114,20 @@ def test_skrl_records_from_skrls_own_writer(tmp_path):
     assert TensorBoardProgress(tmp_path).records() == by_timestep  # library detected from its tags
     by_iteration = TensorBoardProgress(tmp_path, "skrl", rollouts=32, total_envs=4).records()
     assert [(r["iteration"], r["env_steps"]) for r in by_iteration] == [(1, 128), (2, 256), (3, 384)]
+
+
+def test_skrl_iterations_show_before_any_episode_ended(tmp_path):
+    """A short skrl run (a resumed one: its environments start afresh) may end before an episode
+    does: no reward is written, but its PPO's tracked standard deviation is, at every write."""
+    from skrl.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path))
+    for timestep in (16, 32):
+        writer.add_scalar(tag="Policy / Standard deviation", value=1.0, timestep=timestep)
+    writer.close()
+    records = TensorBoardProgress(tmp_path, "skrl", rollouts=16, total_envs=64).records()
+    assert [(r["iteration"], r["env_steps"], r["mean_return"]) for r in records] == [(1, 1024, None), (2, 2048, None)]
+    assert [r["iteration"] for r in TensorBoardProgress(tmp_path, "skrl").records()] == [16, 32]  # timesteps
 
 
 def _complete_file(tmp_path: Path) -> bytes:

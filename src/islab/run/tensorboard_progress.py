@@ -44,8 +44,8 @@ class LibraryTags:
     1-based ``epoch_num``) or "timestep" (skrl: 1-based per-environment timestep).
     ``iteration_tag`` is written every iteration, even before the first episode ends, so the
     display moves from the start; for rl_games its value is the iteration and its step the env
-    steps. ``rate_tag`` is the library's env-steps-per-second figure (same step axis as
-    ``iteration_tag``)."""
+    steps, for skrl its step is a timestep, as its reward's. ``rate_tag`` is the library's
+    env-steps-per-second figure (same step axis as ``iteration_tag``)."""
 
     library: str
     reward_tag: str
@@ -66,8 +66,10 @@ TAGS: dict[str, LibraryTags] = {
         "rl_games", "rewards/iter", "iteration", 0, "info/epochs", "performance/step_inference_rl_update_fps"
     ),
     # skrl/agents/torch/base.py:389 (jax/base.py:397) tracking "Reward / Total reward (mean)",
-    # written by write_tracking_data at a 1-based timestep that is a multiple of write_interval.
-    "skrl": LibraryTags("skrl", "Reward / Total reward (mean)", "timestep", 0, None, None),
+    # written by write_tracking_data at a 1-based timestep that is a multiple of write_interval, once
+    # an episode has ended; ppo/ppo.py (torch :472, jax :531) tracks "Policy / Standard deviation" at
+    # every update, so it is written at every write, episodes or not (same timestep axis).
+    "skrl": LibraryTags("skrl", "Reward / Total reward (mean)", "timestep", 0, "Policy / Standard deviation", None),
 }
 
 
@@ -280,8 +282,15 @@ class TensorBoardProgress:
                 entry.env_steps = step * self.total_envs  # exact, even between iteration boundaries
             return iteration
         if tag == tags.iteration_tag:
-            iteration = int(value) if by_env_steps else step + tags.iteration_base
+            if by_env_steps:
+                iteration = int(value)
+            elif tags.reward_axis == "timestep":  # skrl: its marker shares the reward's timestep axis
+                iteration = self._iteration_of_reward_step(step)
+            else:
+                iteration = step + tags.iteration_base
             entry = self._entry(iteration, wall_time)
+            if tags.reward_axis == "timestep" and self.total_envs:
+                entry.env_steps = step * self.total_envs
             if by_env_steps:
                 entry.env_steps = step
                 entry.steps_per_s = self._rates.pop(step, entry.steps_per_s)
