@@ -34,6 +34,7 @@ from islab.resolve.layers import Source
 from islab.resolve.resolved import ResolvedSpec
 from islab.spec.addresses import join_host_port, split_host_port
 from islab.spec.budget import Budget
+from islab.spec.dotted import field_value
 from islab.spec.fields import (
     DEFAULT_C10D_ID,
     DEFAULT_MULTINODE_MASTER_PORT,
@@ -147,8 +148,7 @@ def shared_values(spec: RunSpec) -> dict[str, object]:
     plain = spec.to_plain()
     shared = {}
     for name in shared_fields(spec.launcher):
-        section, _, key = name.rpartition(".")
-        shared[name] = plain[section][key] if section else plain[key]
+        shared[name] = field_value(plain, name)
     return json.loads(json.dumps(shared, default=str))
 
 

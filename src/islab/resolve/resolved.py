@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from islab.resolve.layers import Source
+from islab.spec.dotted import field_value
 from islab.spec.run_spec import FIELDS, RunSpec
 
 
@@ -30,7 +31,5 @@ class ResolvedSpec:
         plain = self.spec.to_plain()
         rows = []
         for name in FIELDS:
-            section, _, key = name.rpartition(".")
-            value = plain[section][key] if section else plain[key]
-            rows.append((name, value, self.sources.get(name, Source.DEFAULT)))
+            rows.append((name, field_value(plain, name), self.sources.get(name, Source.DEFAULT)))
         return rows

@@ -415,3 +415,11 @@ FIELDS: tuple[str, ...] = (
     *(name for name in INPUT_FIELDS if name != "rendezvous"),
     *(f"rendezvous.{name}" for name in Rendezvous.model_fields),
 )
+
+
+def field_default(dotted: str) -> Any:
+    """The schema's default of a dotted spec field (``rendezvous.id`` -> ``None``): the help's
+    stated defaults and a cluster-file node's unset fields read it here."""
+    section, _, name = dotted.rpartition(".")
+    model = Rendezvous if section == "rendezvous" else RunSpec
+    return model.model_fields[name].get_default(call_default_factory=True)

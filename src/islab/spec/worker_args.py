@@ -31,6 +31,7 @@ from typing import Any
 
 from islab import rundir
 from islab.libs.registry import LIBRARIES, ML_FRAMEWORKS
+from islab.spec.dotted import field_value
 
 
 class Emit(Enum):
@@ -168,10 +169,7 @@ def values_from(fields: Mapping[str, Any], **supplied: Any) -> dict[str, Any]:
         if arg.field is None:
             values[arg.name] = supplied[arg.name]
             continue
-        value: Any = fields
-        for part in arg.field.split("."):
-            value = value[part]
-        values[arg.name] = value
+        values[arg.name] = field_value(fields, arg.field)
     return values
 
 
