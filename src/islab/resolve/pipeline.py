@@ -34,8 +34,8 @@ from islab.resolve.messages import label_of
 from islab.resolve.resolved import ResolvedSpec
 from islab.resolve.sources import AllocationSource, allocation_layers, cluster_layer, resume_value, resumed_layer
 from islab.resolve.steps import apply_presets, derive, disk_issue, resumed_issue, validate
+from islab.spec.fields import MODULE_PATTERN
 from islab.spec.issues import Issue, SpecError
-from islab.spec.run_spec import MODULE_PATTERN
 from islab.tasks import TaskRegistrationError
 
 
