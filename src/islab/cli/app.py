@@ -20,6 +20,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -37,18 +38,15 @@ from islab.cli.launch_checks import (
     run_dir_taken,
 )
 from islab.cli.options import PROG, signature
-from islab.cli.spec_layers import GPUS_ALL_ASSUMED, checked, fail, resolve, run_leaf_of
+from islab.cli.spec_layers import GPUS_ALL_ASSUMED, checked, fail, resolve
 from islab.doctor.probes import find_free_port, local_address_towards, visible_gpu_count
 from islab.fit.auto import apply_auto
 from islab.k8s import dns as k8s_dns
-from islab.plan import plan as planner
 from islab.plan.dry_run import format_json, format_text
+from islab.plan.launch import Launch, LaunchFacts, plan_launch
 from islab.plan.launch_issues import launch_issues
 from islab.plan.launch_plan import LaunchPlan
-from islab.plan.nccl import with_nccl_settings
-from islab.plan.placement import camera_warning
 from islab.plan.preflight import wants_preflight
-from islab.plan.torchrun import with_c10d_node_facts
 from islab.resolve.resolve import ResolvedSpec, Source
 from islab.run.supervise import ConsoleOptions, run_plan
 from islab.run.wandb_login import wandb_login_issue
@@ -140,21 +138,19 @@ app.command(
 # ----------------------------------------------------------------------------------------------
 
 
-def plan_for(
-    resolved: ResolvedSpec, checks: PreflightOptions, *, now: datetime | None = None, free_port: int | None = None,
-    run_dir: str | None = None,
-) -> LaunchPlan:  # fmt: skip
-    """The spec's plan, with the NCCL settings the launch adds (flight recorder, --nccl-safe), or exit 2.
-    ``now`` and ``free_port`` default to the clock and a probed port; a plan made again for the
-    directory this launch claimed (``run_dir``) passes the first plan's."""
-    now = now or datetime.now()
-    free_port = free_port or find_free_port()
+def launch_for(resolved: ResolvedSpec, checks: PreflightOptions, facts: LaunchFacts | None = None) -> Launch:
+    """The launch of the spec (:func:`islab.plan.launch.plan_launch`), or exit 2. ``facts``: the
+    edge's, by default the clock, a probed port and this process's environment."""
+    facts = facts or LaunchFacts(datetime.now(), find_free_port(), os.environ, nccl_safe=checks.nccl_safe)
     try:
-        plan = planner.build_plan(resolved.spec, now=now, free_port=free_port, job_leaf=run_leaf_of(resolved),
-                                  to_target=planner.resumes_to_target(resolved), run_dir=run_dir)  # fmt: skip
+        return plan_launch(resolved, facts)
     except SpecError as exc:
         fail(exc)
-    return with_nccl_settings(plan, resolved.spec, safe=checks.nccl_safe, inherited=os.environ)
+
+
+def plan_for(resolved: ResolvedSpec, checks: PreflightOptions) -> LaunchPlan:
+    """The spec's plan as a launch runs it (``doctor --collectives`` checks that one), or exit 2."""
+    return launch_for(resolved, checks).plan
 
 
 def _plan_and_go(
@@ -162,14 +158,14 @@ def _plan_and_go(
     warnings: Sequence[str] = (), checks: PreflightOptions = NO_CHECK_OPTIONS,
 ) -> None:  # fmt: skip
     spec = resolved.spec
-    now, free_port = datetime.now(), find_free_port()
-    plan = plan_for(resolved, checks, now=now, free_port=free_port)
+    facts = LaunchFacts(datetime.now(), find_free_port(), os.environ, nccl_safe=checks.nccl_safe)
+    launch = launch_for(resolved, checks, facts)
+    plan = launch.plan
 
     # The ranks get the spec's env on top of ours: count the GPUs they will see.
     visible_gpus = visible_gpu_count({**os.environ, **spec.env}) if spec.device == "cuda" else 0
-    placement = [line for line in (camera_warning(spec, os.environ),) if line]
     if dry_run:
-        for line in [*warnings, *placement]:
+        for line in [*warnings, *launch.warnings]:
             print(line, file=sys.stderr)
         gpus_assumed = any(GPUS_ALL_ASSUMED in line for line in warnings)  # said once already
         if spec.device == "cuda" and visible_gpus < spec.nproc_per_node and not gpus_assumed:
@@ -189,23 +185,28 @@ def _plan_and_go(
     issues = launch_issues(
         spec, platform=sys.platform, visible_gpus=visible_gpus, environ=os.environ, device_defaulted=defaulted
     )
-    taken = run_dir_taken(spec, plan, run_leaf_of(resolved), now=time.time())
+    job_leaf = resolved.job.run_leaf if resolved.job is not None else None  # a scheduler job's own directory
+    taken = run_dir_taken(spec, plan, job_leaf, now=time.time())
     login = wandb_login_issue({**os.environ, **spec.env}, Path.home()) if spec.logger == "wandb" else None
     refused = [*issues, *(issue for issue in (taken, login) if issue is not None)]
     if refused:
         fail(SpecError(refused))
-    for line in placement:
+    for line in launch.warnings:
         print(line, file=sys.stderr)
     node_rank = spec.node_rank if spec.node_rank is not None else 0
-    if plan.rendezvous_address and str(run_leaf_of(resolved)).startswith("k8s-"):
-        k8s_dns.wait_for_dns(split_host_port(plan.rendezvous_address)[0], plan.rendezvous_timeout_s)
+    if launch.dns_host is not None:  # a Kubernetes job's node 0: its name exists once its pod runs
+        k8s_dns.wait_for_dns(launch.dns_host, plan.rendezvous_timeout_s)
     hosts_store = doctor_checks(spec, plan, visible_gpus)
+    # What only this node knows (a c10d node's store and address), and the directory it claimed:
+    # the same facts plus those, planned again by the same function.
     if spec.rendezvous.backend == "c10d" and spec.nnodes > 1 and plan.rendezvous_address:
         local_addr = local_address_towards(*split_host_port(plan.rendezvous_address))
-        plan = with_c10d_node_facts(plan, node_rank, hosts_store=hosts_store, local_addr=local_addr)
-    claimed = claim_run_dir(spec, plan, run_leaf_of(resolved))
+        facts = replace(facts, hosts_store=hosts_store, local_addr=local_addr)
+    claimed = claim_run_dir(spec, plan, job_leaf)
     if claimed is not None and claimed != plan.run_dir:  # another launch took the name this second
-        plan = plan_for(resolved, checks, now=now, free_port=free_port, run_dir=claimed)
+        facts = replace(facts, run_dir=claimed)
+    if facts.hosts_store is not None or facts.run_dir is not None:
+        plan = launch_for(resolved, checks, facts).plan
 
     record = {
         "spec": spec.to_plain(),

@@ -25,10 +25,9 @@ import typer
 from islab.cli.launch_checks import preflight_options
 from islab.cli.options import BY_NAME, OPTIONS
 from islab.doctor.probes import visible_gpu_count
-from islab.k8s import allocation as k8s_allocation
 from islab.resolve.allocations import active_allocations
 from islab.resolve.edge import DryRunEdge
-from islab.resolve.resolve import Provided, ResolvedSpec, Source, resolve_spec
+from islab.resolve.resolve import Provided, ResolvedSpec, resolve_spec
 from islab.spec.issues import Issue, SpecError
 
 # The arguments after `--` (None: no `--` was given), set by islab.cli.run before click parses the rest.
@@ -115,18 +114,6 @@ def option_layers(ctx: typer.Context, values: dict[str, Any]) -> tuple[dict[str,
         else:
             cli_layer[option.field] = Provided(value, option.flag)
     return cli_layer, env_layer
-
-
-def run_leaf_of(resolved: ResolvedSpec) -> str | None:
-    """The run directory's leaf when a scheduler allocation supplied part of the spec -- the SLURM
-    job (slurm-<id>) or the Kubernetes job (k8s-<name>) -- so that a requeued job or a pod started
-    again finds its checkpoint."""
-    used = set(resolved.sources.values())
-    if Source.K8S in used:
-        return k8s_allocation.allocation_from_environ(os.environ).run_leaf
-    if Source.SLURM in used:
-        return f"slurm-{int(os.environ['SLURM_JOB_ID'])}"
-    return None
 
 
 def apply_gpus(
