@@ -712,6 +712,7 @@ def test_a_run_directory_holding_another_run_is_not_trained_into_again(islab, tm
 
     from islab.cli.launch_checks import run_dir_taken
     from islab.plan.plan import build_plan
+    from islab.resolve.job import JobIdentity
     from islab.resolve.resolve import Provided, resolve_spec
     from islab.rundir import latest_checkpoint, write_heartbeat, write_summary
 
@@ -727,20 +728,21 @@ def test_a_run_directory_holding_another_run_is_not_trained_into_again(islab, tm
     assert err.startswith("error: run directory:") and "--run-name" in err and f"--resume {run_dir}" in err, err
     assert latest_checkpoint(run_dir).read_bytes() == b"the first run's checkpoint"
 
-    def taken(slurm_job_id=None, **values):
+    def taken(job: JobIdentity | None = None, **values):
         layer = {"device": "cpu", "log_dir": str(tmp_path / "logs"), **values}
         spec = resolve_spec({name: Provided(value, f"--{name}") for name, value in layer.items()}).spec
-        plan = build_plan(spec, now=datetime.now(), free_port=29999, slurm_job_id=slurm_job_id)
-        return plan, run_dir_taken(spec, plan, slurm_job_id, now=time.time())
+        plan = build_plan(spec, now=datetime.now(), free_port=29999, job=job)
+        return plan, run_dir_taken(spec, plan, job.run_leaf if job is not None else None, now=time.time())
 
     node1 = {"nnodes": 2, "node_rank": 1, "rendezvous.master_addr": "127.0.0.1", "rendezvous.timeout_s": 5}
     plan, issue = taken(**node1)
     assert plan.run_dir == run_dir and issue is not None  # node 1 of the rerun too
     assert taken(resume=run_dir)[1] is None  # continuing it
-    plan, issue = taken(slurm_job_id=77)  # a requeued SLURM job finds its own directory
+    requeued = JobIdentity("slurm", "slurm-77", restart="SLURM requeue 1")
+    plan, issue = taken(requeued)  # a requeued SLURM job finds its own directory
     latest_checkpoint(plan.run_dir).parent.mkdir(parents=True)
     latest_checkpoint(plan.run_dir).write_bytes(b"")
-    assert taken(slurm_job_id=77)[1] is None
+    assert taken(requeued)[1] is None
     write_heartbeat(run_dir, 0, iteration=3, done=3)  # that job still runs: a node joins it
     assert taken(**node1)[1] is None
     time.sleep(0.05)

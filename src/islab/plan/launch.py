@@ -59,8 +59,8 @@ def plan_launch(resolved: ResolvedSpec, facts: LaunchFacts) -> Launch:
     spec = resolved.spec
     job = resolved.job
     plan = build_plan(
-        spec, now=facts.now, free_port=facts.free_port, job_leaf=job.run_leaf if job is not None else None,
-        to_target=resumes_to_target(resolved), run_dir=facts.run_dir,
+        spec, now=facts.now, free_port=facts.free_port, job=resolved.job, to_target=resumes_to_target(resolved),
+        run_dir=facts.run_dir,
     )  # fmt: skip
     plan = with_nccl_settings(plan, spec, safe=facts.nccl_safe, inherited=facts.environ)
     if facts.hosts_store is not None and spec.rendezvous.backend == "c10d" and spec.nnodes > 1:

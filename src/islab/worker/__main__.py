@@ -180,7 +180,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         start_iteration=start_iteration,
         target_iteration=point.target_iteration,
         job_id=os.environ.get("TORCHELASTIC_RUN_ID"),
-        slurm_job_id=os.environ.get("SLURM_JOB_ID"),  # a requeued job resumes only its own checkpoints
+        scheduler_job=args.scheduler_job,  # a requeued job resumes only its own checkpoints
     )
     resumed: dict[str, Any] | None = None
     # --resume of a run already at its target: nothing to train, and the run's records stay as they
