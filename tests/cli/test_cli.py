@@ -131,6 +131,22 @@ def test_total_env_steps_reaches_sbatch_nodes(islab, tmp_path):
     assert "--slurm" in node_command and "--total-env-steps 5000" in node_command
 
 
+def test_sbatch_nodes_get_the_flags_typed_as_flags(islab, tmp_path):
+    """A flag typed for sbatch reaches each node's islab-train as the flag alone (a value after it
+    would be read there as an agent-config override), and the node reads the options back."""
+    code, out, err = islab(
+        "sbatch", "--device", "cpu", "--nproc", "2", "--nccl-safe", "--virtual-local-rank", "--seed", "5",
+        "--log-dir", str(tmp_path / "L"),
+    )  # fmt: skip
+    assert code == 0, err
+    words = shlex.split(out.strip().splitlines()[-1])
+    forwarded = words[words.index("--slurm") + 1 :]
+    assert "--nccl-safe" in forwarded and "--virtual-local-rank" in forwarded and "True" not in forwarded
+    node = dry_json(islab, *forwarded)["nodes"][0]  # what a node plans from them (without the allocation)
+    assert node["env"]["NCCL_SHM_DISABLE"] == "1" and "--virtual-local-rank" in node["argv"]
+    assert node["argv"][node["argv"].index("--seed") + 1] == "5"
+
+
 def test_multinode_without_node_rank_dry_runs_every_node(islab, tmp_path):
     data = dry_json(islab, "--cluster", str(REPO / "configs/cluster/two-node-static.yaml"))
     assert [node["node_rank"] for node in data["nodes"]] == [0, 1]
