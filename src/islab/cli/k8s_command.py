@@ -23,7 +23,7 @@ import typer
 from islab.cli.options import field_argv, keyword, signature
 from islab.cli.spec_layers import apply_gpus, fail, option_layers, resolve
 from islab.k8s import manifests
-from islab.k8s.allocation import KubernetesAllocation
+from islab.k8s.allocation import KubernetesAllocation, job_run_leaf
 from islab.k8s.names import DEFAULT_FORMAT, DEFAULT_RUNTIME, FORMATS, RENDEZVOUS_PORT, RUNS_MOUNT
 from islab.k8s.options import DEFAULT_SECRET, K8sOptions, option_issues
 from islab.k8s.pod import PodJob
@@ -147,7 +147,7 @@ def k8s_command(ctx: typer.Context, **options: Any) -> None:
     else:
         print(text, end="", flush=True)
     pod_spec = spec.model_copy(update={"log_dir": RUNS_MOUNT, "resume": None})
-    run_dir = run_dir_for(pod_spec, datetime.now(), job_leaf=f"k8s-{name}")  # as each pod will name it
+    run_dir = run_dir_for(pod_spec, datetime.now(), job_leaf=job_run_leaf(name))  # as each pod will name it
     print(f"islab-train: {fmt} '{name}': {spec.nnodes} pod(s) x {spec.nproc_per_node} rank(s) on {spec.device}; "
           f"run directory in the pods: {run_dir}", file=sys.stderr)  # fmt: skip
     if not k8s.logs_pvc:

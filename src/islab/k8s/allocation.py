@@ -69,6 +69,12 @@ def in_kubernetes_pod(environ: Mapping[str, str]) -> bool:
     return FORMAT_VARIABLE in environ or ("PET_NNODES" in environ and "KUBERNETES_SERVICE_HOST" in environ)
 
 
+def job_run_leaf(job: str) -> str:
+    """The run directory's last part of the Kubernetes job ``job``: the same for every pod and every
+    restart (``islab-train k8s`` names it for the manifests, each pod for itself)."""
+    return f"k8s-{job}"
+
+
 @dataclass(frozen=True)
 class KubernetesAllocation:
     """This pod's place in a Kubernetes training job."""
@@ -86,7 +92,7 @@ class KubernetesAllocation:
     @property
     def run_leaf(self) -> str:
         """The run directory's last part: the same for every pod and every restart of the job."""
-        return f"k8s-{self.job}"
+        return job_run_leaf(self.job)
 
     @property
     def identity(self) -> JobIdentity:
