@@ -24,6 +24,9 @@ from islab import rundir
 from islab.worker.checkpoint import check_compatible, load_checkpoint_for_rank
 from islab.worker.collectives import Collective
 
+NEW = "new"  # a fresh start
+RESUME = "resume"  # --resume PATH
+
 
 @dataclass
 class ResumePoint:
@@ -32,7 +35,12 @@ class ResumePoint:
     checkpoint: dict[str, Any] | None
     source: str | None  # the checkpoint file, as rank 0 resolved it
     target_iteration: int
-    reason: str  # "new", "resume", "elastic restart <K>" or the launcher's --job-restart ("SLURM requeue <K>", ...)
+    reason: str  # NEW, RESUME, "elastic restart <K>" or the launcher's --job-restart ("SLURM requeue <K>", ...)
+
+    @property
+    def is_restart(self) -> bool:
+        """A restart of the same job (torchrun's or the scheduler's), continuing the job's own checkpoint."""
+        return self.reason not in (NEW, RESUME)
 
 
 def restart_of(args: argparse.Namespace, environ: dict[str, str]) -> str | None:
@@ -83,10 +91,10 @@ def find_resume_point(
         assert checkpoint is not None  # missing_ok=False raised instead
         check_compatible(checkpoint, run_identity, source)
         if args.max_iterations is not None:  # given with --resume: that many more
-            return ResumePoint(checkpoint, source, int(checkpoint["iteration"]) + args.max_iterations, "resume")
+            return ResumePoint(checkpoint, source, int(checkpoint["iteration"]) + args.max_iterations, RESUME)
         original = checkpoint.get("spec", {}).get("target_iteration", checkpoint["iteration"])
-        return ResumePoint(checkpoint, source, int(original), "resume")
-    return ResumePoint(None, None, args.max_iterations, "new")
+        return ResumePoint(checkpoint, source, int(original), RESUME)
+    return ResumePoint(None, None, args.max_iterations, NEW)
 
 
 def last_reported_iteration(progress: Path) -> int | None:
