@@ -92,12 +92,13 @@ def test_requeued_slurm_job_resumes_its_own_latest_to_the_original_target(tmp_pa
     environ = {"TORCHELASTIC_RUN_ID": "none", "SLURM_JOB_ID": "78", "SLURM_RESTART_COUNT": "0"}  # never read
     point = find_resume_point(args(tmp_path, **requeued), SingleProcess(), RUN_IDENTITY, environ)
     assert (point.checkpoint["iteration"], point.target_iteration, point.reason) == (4, 10, "SLURM requeue 1")
+    assert point.is_restart  # the worker counts the iterations this restart redoes
     # the first run of the job, or another job's checkpoint (a run resumed in place): no requeue resume
     first = find_resume_point(args(tmp_path, job="slurm-77"), SingleProcess(), RUN_IDENTITY, {})
-    assert first.reason == "new" and first.target_iteration == 10
+    assert first.reason == "new" and first.target_iteration == 10 and not first.is_restart
     another_job = args(tmp_path, 5, tmp_path, job="slurm-78", restart="SLURM requeue 1")
     other = find_resume_point(another_job, SingleProcess(), RUN_IDENTITY, {})
-    assert other.reason == "resume" and other.target_iteration == 9
+    assert other.reason == "resume" and other.target_iteration == 9 and not other.is_restart
     # a checkpoint of an older islab-train, which recorded only the SLURM job id, is still this job's
     write_checkpoint(path, 4, 10, slurm_job_id="77")
     assert find_resume_point(args(tmp_path, **requeued), SingleProcess(), RUN_IDENTITY, {}).reason == "SLURM requeue 1"
