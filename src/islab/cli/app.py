@@ -2,9 +2,10 @@
 
 The command line only translates: options and ``ISLAB_*`` variables (one table, :mod:`islab.cli.options`)
 become spec layers (:mod:`islab.cli.spec_layers`; :func:`islab.resolve.resolve.resolve_spec` merges
-and validates them), the spec becomes a plan (:func:`islab.plan.plan.build_plan`), and the plan is
-printed (``--dry-run``) or run (:func:`islab.run.supervise.run_plan`). Every failure the user can fix is one line on
-stderr, ``error: <field>: <what is wrong>. <fix>.``, with exit code 2 and no traceback.
+and validates them), the spec becomes a launch (:func:`islab.plan.launch.plan_launch`, over the facts
+this edge gathers: the clock, a free port, the environment), and its plan is printed (``--dry-run``)
+or run (:func:`islab.run.supervise.run_plan`). Every failure the user can fix is one line on stderr,
+``error: <field>: <what is wrong>. <fix>.``, with exit code 2 and no traceback.
 
 Exit codes: 0 success (or a dry run); 2 the spec or command line is wrong, nothing started;
 otherwise the training's own status (a failed rank gives non-zero; death by signal N gives 128+N;
