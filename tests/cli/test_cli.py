@@ -143,7 +143,7 @@ def test_sbatch_nodes_get_the_flags_typed_as_flags(islab, tmp_path):
     forwarded = words[words.index("--slurm") + 1 :]
     assert "--nccl-safe" in forwarded and "--virtual-local-rank" in forwarded and "True" not in forwarded
     node = dry_json(islab, *forwarded)["nodes"][0]  # what a node plans from them (without the allocation)
-    assert node["env"]["NCCL_SHM_DISABLE"] == "1" and "--virtual-local-rank" in node["argv"]
+    assert node["env"]["NCCL_SHM_DISABLE"] == "1" and "--virtual_local_rank" in node["argv"]  # torchrun's spelling
     assert node["argv"][node["argv"].index("--seed") + 1] == "5"
 
 
@@ -555,15 +555,15 @@ def test_the_option_table_is_the_one_declaration_of_every_option(islab):
     """Every spec field but ``env`` (cluster file only) has exactly one option row (the trailing
     KEY=VALUE items are ``overrides``); each row's ISLAB_* variable is read, and the help states
     the schema's defaults without a copy of them in the help strings."""
-    from islab.cli.options import OPTIONS, spec_default
-    from islab.spec.run_spec import FIELDS
+    from islab.cli.options import OPTIONS
+    from islab.spec.run_spec import FIELDS, field_default
 
     fields = [option.field for option in OPTIONS if option.field]
     # the three kinds of entry point set one field; its ``args`` are what follows ``--``
     assert [option.flag for option in OPTIONS if option.field == "entrypoint"] == ["--script", "--module", "--command"]
     fields = [field for field in fields if field != "entrypoint"] + ["entrypoint"]
     assert sorted(fields) == sorted(set(FIELDS) - {"env", "overrides", "args"})
-    assert spec_default("max_iterations") == 150 and spec_default("rendezvous.timeout_s") is None
+    assert field_default("max_iterations") == 150 and field_default("rendezvous.timeout_s") is None
     code, out, _ = islab("--help")
     assert code == 0 and "Default: 150." in out and "--rdzv-timeout" in out
     from islab.cli.options import BY_NAME

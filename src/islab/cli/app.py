@@ -28,7 +28,7 @@ from typing import Any
 
 import typer
 
-from islab.cli import spec_layers
+import islab.cli.spec_layers as spec_layers  # the module: its switches are read at call time
 from islab.cli.launch_checks import (
     PreflightOptions,
     claim_run_dir,
