@@ -586,7 +586,7 @@ def test_a_slurm_job_is_decided_once_and_its_ranks_are_told(restarts: str | None
 
     launch = plan_launch(spec, LaunchFacts(NOW, FREE_PORT))
     assert launch.plan.run_dir.endswith("/slurm-123456") and launch.dns_host is None
-    worker = check_worker(list(torchrun_args(launch.plan.node(1).argv).training_script_args[1:]))
+    worker = check_worker(list(torchrun_args(launch.plan.node(1).argv).training_script_args))
     assert (worker.scheduler_job, worker.job_restart) == ("slurm-123456", requeue)
 
 
