@@ -12,17 +12,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-MISSING: Any = object()  # what ``field_value`` returns for a name the mapping does not hold
+MISSING: Any = object()  # a ``missing`` to pass when None could be a value: ``field_value(..., missing=MISSING)``
+_RAISE: Any = object()  # no ``missing`` given: an absent name is a KeyError
 
 
-def field_value(nested: Mapping[str, Any], dotted: str, missing: Any = MISSING) -> Any:
+def field_value(nested: Mapping[str, Any], dotted: str, missing: Any = _RAISE) -> Any:
     """The value ``dotted`` names in ``nested`` (``"rendezvous.master_port"`` -> ``nested["rendezvous"]
     ["master_port"]``); ``missing`` when a step is absent or not a mapping, KeyError when ``missing``
     is not given."""
     node: Any = nested
     for part in dotted.split("."):
         if not isinstance(node, Mapping) or part not in node:
-            if missing is MISSING:
+            if missing is _RAISE:
                 raise KeyError(dotted)
             return missing
         node = node[part]
