@@ -185,8 +185,11 @@ def test_a_crashed_evaluation_process_fails_its_checkpoint_and_the_others_take_t
     answers = evaluate.run_workers(tmp_path, candidates, commands.__getitem__, [dict(os.environ)] * 2, lambda _: None)
     failed = [entry for entry in answers if "error" in entry]
     assert len(answers) == 3 and len(failed) == 1 and failed[0]["crashed"]
-    assert "evaluation process 0 exited with status 3" in failed[0]["error"]["problem"]
+    assert "was not evaluated: evaluation process 0 exited with status 3" in failed[0]["error"]["problem"]
     assert rundir.eval_worker_log(tmp_path, 0).is_file()
+    dying = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    answers = evaluate.run_workers(tmp_path, candidates, lambda _: dying, [dict(os.environ)] * 2, lambda _: None)
+    assert len(answers) == 3 and all(entry["crashed"] for entry in answers)  # none lost, none evaluated
 
 
 def test_eval_png_and_table_mark_the_best(tmp_path):
@@ -211,3 +214,26 @@ def test_the_summary_says_only_kept_checkpoints_can_be_evaluated():
     assert kept.startswith("iterations 30, 40, 50 (only kept ones can be evaluated: islab-train eval"), kept
     assert "--keep-checkpoints N keeps more" in rows["kept checkpoints"]
     assert "kept checkpoints" not in dict(summary_rows({}, "/r", None, kept=[]))  # no checkpoint: no row
+
+
+def test_quadcopter_success_is_hovering_at_the_goal_when_time_runs_out():
+    """Three drones on the last step of their episode, hovering: at the goal (success), 1 m from it
+    (no success), and at the goal but below the height band (died: no success)."""
+    import torch
+
+    from islab.tasks.quadcopter.quadcopter_env import SUCCESS_DISTANCE, QuadcopterEnv, QuadcopterEnvCfg
+
+    env = QuadcopterEnv(QuadcopterEnvCfg(num_envs=3, seed=0))
+    env.reset()
+    env.root_state.zero_()
+    env.root_quat_w[:, 0] = 1.0
+    env.desired_pos_w[:] = torch.tensor([0.5, 0.5, 1.0])
+    env.desired_pos_w[2, 2] = 0.05  # a goal below the band: reaching it kills the drone
+    env.root_pos_w[:] = env.desired_pos_w
+    env.root_pos_w[1, 0] += 1.0
+    env.episode_length_buf[:] = env.max_episode_length - 1
+    hover = 2.0 / env.cfg.thrust_to_weight - 1.0
+    _, _, terminated, truncated, _ = env.step(torch.tensor([hover, 0.0, 0.0, 0.0]).expand(3, 4))
+    assert truncated.tolist() == [True, True, True] and terminated.tolist() == [False, False, True]
+    assert env.episode_success(terminated, truncated).tolist() == [True, False, False]
+    assert env.final_distance_to_goal[0] < SUCCESS_DISTANCE < env.final_distance_to_goal[1]

@@ -25,6 +25,7 @@ a checkpoint cannot be evaluated.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -65,10 +66,8 @@ def no_checkpoints(run_dir: Path, spec: dict[str, Any]) -> SpecError:
             f"{run_dir} has no islab checkpoint to evaluate (no {rundir.CHECKPOINTS_DIR}/"
             f"{rundir.HISTORY_PREFIX}<N>.pt nor {rundir.LATEST_CHECKPOINT}): its training stopped (or is still "
             f"running) before the first one, which comes after {spec.get('checkpoint_interval', '?')} iteration(s)",
-            f"Train it again (--checkpoint-interval N saves every N iterations, --keep-checkpoints N keeps the "
-            f"newest N): {again}"
-            if again
-            else "Train it again",
+            "Train it again (--checkpoint-interval N saves every N iterations, --keep-checkpoints N keeps the "
+            "newest N)" + (f": {again}" if again else ""),
         )
     )
 
@@ -137,23 +136,19 @@ def run_workers(
         with log_path.open("w", encoding="utf-8") as log:
             process = subprocess.Popen(command(index), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                        env=environments[index], text=True)  # fmt: skip
-            assert process.stdin is not None and process.stdout is not None
             try:
                 while (candidate := take()) is not None:
-                    try:
-                        process.stdin.write(f"{candidate.path}\n")
-                        process.stdin.flush()
-                        line = process.stdout.readline()
-                    except OSError:
-                        line = ""
-                    answer = json.loads(line) if line else crashed(candidate, index, process, log_path)
+                    answer = ask(process, candidate)
+                    if answer is None:
+                        answer = crashed(candidate, f"evaluation process {index} exited with status {process.wait()}",
+                                         f"See its output in {log_path}")  # fmt: skip
                     with lock:
                         answers.append(answer)
                         on_answer(answer)
-                    if not line:
+                    if answer.get("crashed"):
                         break
             finally:
-                if not process.stdin.closed:
+                with contextlib.suppress(OSError):  # a dead process's pipe
                     process.stdin.close()
                 process.wait()
 
@@ -164,17 +159,34 @@ def run_workers(
         thread.start()
     for thread in threads:
         thread.join()
+    # every process died: what nobody took is not evaluated either
+    answers += [crashed(candidate, "every evaluation process exited before it", "See logs/eval_<I>.log in the run")
+                for candidate in pending]  # fmt: skip
     return answers
 
 
-def crashed(candidate: eval_plan.Candidate, index: int, process: subprocess.Popen, log: Path) -> dict[str, Any]:
-    status = process.wait()
+def ask(process: subprocess.Popen, candidate: eval_plan.Candidate) -> dict[str, Any] | None:
+    """Hand ``process`` one checkpoint; its answer, or None when it died (or answered garbage)."""
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        process.stdin.write(f"{candidate.path}\n")
+        process.stdin.flush()
+        line = process.stdout.readline()
+    except OSError:
+        return None
+    try:
+        answer = json.loads(line) if line else None
+    except ValueError:
+        return None
+    return answer if isinstance(answer, dict) else None
+
+
+def crashed(candidate: eval_plan.Candidate, problem: str, fix: str) -> dict[str, Any]:
     return {
         "checkpoint": str(candidate.path),
         "crashed": True,
-        "error": {"field": "--checkpoints", "problem": f"evaluation process {index} exited with status {status} "
-                  f"while evaluating {candidate.path}", "fix": f"See its output in {log}"},
-    }  # fmt: skip
+        "error": {"field": "--checkpoints", "problem": f"{candidate.path} was not evaluated: {problem}", "fix": fix},
+    }
 
 
 def best_of(entries: Sequence[dict[str, Any]]) -> dict[str, Any]:
