@@ -25,7 +25,7 @@ import yaml
 from paths import REPO
 
 from islab import rundir
-from islab.policy import eval_plan, eval_report, evaluate
+from islab.policy import eval_plan, eval_report, evaluate, play
 from islab.run.formatting import summary_rows
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -45,7 +45,7 @@ def readme_eval_command() -> list[str]:
 
 
 @pytest.mark.slow  # the session's shared 1-rank rsl_rl run (trained here when no other test did)
-def test_eval_all_spreads_the_kept_checkpoints_over_two_processes_and_its_best_is_plays(tmp_path, one_rank_run):
+def test_eval_all_spreads_the_kept_checkpoints_over_two_processes_and_agrees_with_play(tmp_path, one_rank_run, capsys):
     run_dir = tmp_path / "run"
     shutil.copytree(one_rank_run("rsl_rl"), run_dir)
     argv = [str(run_dir) if arg == "<run>" else arg for arg in readme_eval_command()]
@@ -68,11 +68,12 @@ def test_eval_all_spreads_the_kept_checkpoints_over_two_processes_and_its_best_i
     assert best == max(entries, key=lambda entry: (entry["mean_return"], entry["iteration"]))
     assert evaluation["success_measure"].startswith("the episode reached its time limit")  # Cartpole's
 
-    # a direct play of the best checkpoint, same episodes and envs: the same numbers
+    # a direct play of the best checkpoint, same episodes and envs: the same numbers. In this process
+    # (what `islab-train play` runs in its child: play's main), which saves a second torch import.
     counts = ["--episodes", str(evaluation["episodes"]), "--num-envs", str(evaluation["num_envs"]), "--json"]
-    done = islab_train("play", str(run_dir), "--checkpoint", str(run_dir / best["checkpoint"]), *counts)
-    assert done.returncode == 0, done.stderr[-3000:]
-    played = json.loads(done.stdout)
+    capsys.readouterr()
+    assert play.main([str(run_dir), "--checkpoint", str(run_dir / best["checkpoint"]), *counts]) == 0
+    played = json.loads(capsys.readouterr().out)
     assert played["checkpoint_iteration"] == best["iteration"]
     assert played["return"]["mean"] == pytest.approx(best["mean_return"], abs=1e-9)
     assert played["return"]["std"] == pytest.approx(best["std_return"], abs=1e-9)
