@@ -45,14 +45,14 @@ def progress_line(answer: Mapping[str, Any], done: int, total: int) -> str:
 
 def render(evaluation: Mapping[str, Any], plot: Path | None) -> str:
     """The table of every evaluated checkpoint, the best marked, and what was written."""
-    best = evaluation["best"]
+    best, entries = evaluation["best"], evaluation[rundir.EVALUATED_KEY]
     lines = [
-        f"{_library(evaluation)} {evaluation['task']}: {len(evaluation['checkpoints'])} checkpoint(s), "
+        f"{_library(evaluation)} {evaluation['task']}: {len(entries)} checkpoint(s), "
         f"{evaluation['episodes']} episodes each, deterministic policy, {evaluation['num_envs']} envs, "
         f"{evaluation['processes']} process(es) on {evaluation['device']}",
         f"  {'iteration':>9}  {'mean return':>11}  {'std':>8}  {'success':>7}  {'length':>7}",
     ]
-    for entry in evaluation["checkpoints"]:
+    for entry in entries:
         mark = "  <- best" if entry == best else ""
         lines.append(f"  {entry['iteration']:>9}  {entry['mean_return']:>11.2f}  {entry['std_return']:>8.2f}  "
                      f"{_success(entry['success_rate']):>7}  {entry['episode_length']:>7.1f}{mark}")  # fmt: skip
@@ -74,7 +74,7 @@ def draw(evaluation: Mapping[str, Any], training: Sequence[Mapping[str, Any]], p
         return None
     import matplotlib.pyplot as plt
 
-    entries = evaluation["checkpoints"]
+    entries = evaluation[rundir.EVALUATED_KEY]
     best = evaluation["best"]
     iterations = [entry["iteration"] for entry in entries]
     means = [entry["mean_return"] for entry in entries]

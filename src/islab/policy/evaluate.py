@@ -209,7 +209,7 @@ def evaluation_record(
         **settings,
         "seed": int(spec.get("seed", default_of("seed"))),
         "success_measure": next(iter(measures - {None}), None),
-        "checkpoints": entries,
+        rundir.EVALUATED_KEY: entries,
         "best": best_of(entries),
     }
 

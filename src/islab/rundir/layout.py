@@ -22,6 +22,7 @@ SUMMARY_FILE = "summary.json"
 CURVES_FILE = "curves.png"
 EVAL_FILE = "eval.json"  # islab-train eval: every chosen checkpoint evaluated, and the best
 EVAL_PLOT_FILE = "eval.png"
+EVALUATED_KEY = "checkpoints"  # eval.json's list of evaluated checkpoints (beside "best")
 PLAY_FILE = "play.json"  # islab-train play: the last play of one checkpoint
 EXPORT_DIR = "exported"
 WANDB_RUN_ID_FILE = "wandb_run_id"
