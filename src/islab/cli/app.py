@@ -61,7 +61,7 @@ from islab.spec.issues import Issue, SpecError, mask_env
 NO_CHECK_OPTIONS = PreflightOptions()  # the defaults: pre-flight on, 60 s
 
 # The subcommands beside the training command (islab.cli.commands registers each; --help lists them).
-SUBCOMMANDS = ("doctor", "sbatch", "k8s", "tasks", "play", "export", "sweep", "fit")
+SUBCOMMANDS = ("doctor", "sbatch", "k8s", "tasks", "play", "eval", "export", "sweep", "fit")
 
 EPILOG = f"""\
 [bold]Examples[/bold]

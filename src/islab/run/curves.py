@@ -65,5 +65,11 @@ def write_curves(records: Sequence[Mapping[str, Any]], path: Path) -> Path | Non
     if resumed_at:
         top.legend(loc="lower right")
     figure.suptitle(Path(path).parent.name)
+    return save_figure(figure, path)
+
+
+def save_figure(figure: Any, path: Path) -> Path:
+    """Write a matplotlib figure as PNG atomically (temporary file + rename: a reader never sees
+    half an image: :func:`islab.rundir.write_figure_atomic`) and close it."""
     figure.tight_layout()
     return write_figure_atomic(figure, path)
