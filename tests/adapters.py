@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
@@ -14,6 +13,15 @@ from islab.spec.agent_config import load_agent_config
 from islab.worker.context import RankContext, configure_process
 
 TASK = "Islab-Cartpole-v0"
+
+
+def jax_on_cpu() -> None:
+    """JAX on the CPU in this process, as ``JAX_PLATFORMS=cpu`` does for the worker's CPU ranks, but
+    through JAX's config: setting the variable in ``os.environ`` would leak into every process the
+    later tests of the session start (a skrl-JAX rank meant for a GPU would then get the CPU)."""
+    import jax
+
+    jax.config.update("jax_platforms", "cpu")
 
 
 def single_rank(seed: int) -> RankContext:
@@ -30,7 +38,7 @@ def build_adapter(
     overrides: tuple[str, ...] = (),
 ) -> LibraryAdapter:
     if framework == "jax":
-        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+        jax_on_cpu()
     ctx = single_rank(seed)
     configure_process(ctx)  # seeds torch: the policy's initial weights depend on the seed
     # One intra-op thread: with two on this 2-core machine, shared with other jobs, OpenMP's

@@ -17,8 +17,6 @@ import yaml
 from child_env import child_env
 from paths import REPO
 
-WORKER_MAIN = REPO / "src" / "islab" / "worker" / "__main__.py"
-
 pytestmark = pytest.mark.usefixtures("clean_environment")
 
 
@@ -131,6 +129,22 @@ def test_total_env_steps_reaches_sbatch_nodes(islab, tmp_path):
     assert code == 0, err
     node_command = out.strip().splitlines()[-1]  # `exec srun ... \` then the node's islab-train
     assert "--slurm" in node_command and "--total-env-steps 5000" in node_command
+
+
+def test_sbatch_nodes_get_the_flags_typed_as_flags(islab, tmp_path):
+    """A flag typed for sbatch reaches each node's islab-train as the flag alone (a value after it
+    would be read there as an agent-config override), and the node reads the options back."""
+    code, out, err = islab(
+        "sbatch", "--device", "cpu", "--nproc", "2", "--nccl-safe", "--virtual-local-rank", "--seed", "5",
+        "--log-dir", str(tmp_path / "L"),
+    )  # fmt: skip
+    assert code == 0, err
+    words = shlex.split(out.strip().splitlines()[-1])
+    forwarded = words[words.index("--slurm") + 1 :]
+    assert "--nccl-safe" in forwarded and "--virtual-local-rank" in forwarded and "True" not in forwarded
+    node = dry_json(islab, *forwarded)["nodes"][0]  # what a node plans from them (without the allocation)
+    assert node["env"]["NCCL_SHM_DISABLE"] == "1" and "--virtual_local_rank" in node["argv"]  # torchrun's spelling
+    assert node["argv"][node["argv"].index("--seed") + 1] == "5"
 
 
 def test_multinode_without_node_rank_dry_runs_every_node(islab, tmp_path):
@@ -415,8 +429,6 @@ def test_fast_paths_import_no_torch(args, code, tmp_path):
 
 @pytest.mark.slow
 def test_real_worker_crash_names_the_rank(tmp_path):
-    if not WORKER_MAIN.exists():
-        pytest.skip("src/islab/worker/__main__.py does not exist yet (the worker is written separately)")
     env = {**os.environ, "ISLAB_TEST_CRASH_RANK": "1", "CUDA_VISIBLE_DEVICES": ""}
     env = {k: v for k, v in env.items() if not k.startswith("ISLAB_") or k == "ISLAB_TEST_CRASH_RANK"}
     result = subprocess.run(
@@ -543,15 +555,15 @@ def test_the_option_table_is_the_one_declaration_of_every_option(islab):
     """Every spec field but ``env`` (cluster file only) has exactly one option row (the trailing
     KEY=VALUE items are ``overrides``); each row's ISLAB_* variable is read, and the help states
     the schema's defaults without a copy of them in the help strings."""
-    from islab.cli.options import OPTIONS, spec_default
-    from islab.spec.run_spec import FIELDS
+    from islab.cli.options import OPTIONS
+    from islab.spec.run_spec import FIELDS, field_default
 
     fields = [option.field for option in OPTIONS if option.field]
     # the three kinds of entry point set one field; its ``args`` are what follows ``--``
     assert [option.flag for option in OPTIONS if option.field == "entrypoint"] == ["--script", "--module", "--command"]
     fields = [field for field in fields if field != "entrypoint"] + ["entrypoint"]
     assert sorted(fields) == sorted(set(FIELDS) - {"env", "overrides", "args"})
-    assert spec_default("max_iterations") == 150 and spec_default("rendezvous.timeout_s") is None
+    assert field_default("max_iterations") == 150 and field_default("rendezvous.timeout_s") is None
     code, out, _ = islab("--help")
     assert code == 0 and "Default: 150." in out and "--rdzv-timeout" in out
     from islab.cli.options import BY_NAME
@@ -716,6 +728,7 @@ def test_a_run_directory_holding_another_run_is_not_trained_into_again(islab, tm
 
     from islab.cli.launch_checks import run_dir_taken
     from islab.plan.plan import build_plan
+    from islab.resolve.job import JobIdentity
     from islab.resolve.resolve import Provided, resolve_spec
     from islab.rundir import latest_checkpoint, write_heartbeat, write_summary
 
@@ -731,20 +744,21 @@ def test_a_run_directory_holding_another_run_is_not_trained_into_again(islab, tm
     assert err.startswith("error: run directory:") and "--run-name" in err and f"--resume {run_dir}" in err, err
     assert latest_checkpoint(run_dir).read_bytes() == b"the first run's checkpoint"
 
-    def taken(slurm_job_id=None, **values):
+    def taken(job: JobIdentity | None = None, **values):
         layer = {"device": "cpu", "log_dir": str(tmp_path / "logs"), **values}
         spec = resolve_spec({name: Provided(value, f"--{name}") for name, value in layer.items()}).spec
-        plan = build_plan(spec, now=datetime.now(), free_port=29999, slurm_job_id=slurm_job_id)
-        return plan, run_dir_taken(spec, plan, slurm_job_id, now=time.time())
+        plan = build_plan(spec, now=datetime.now(), free_port=29999, job=job)
+        return plan, run_dir_taken(spec, plan, job.run_leaf if job is not None else None, now=time.time())
 
     node1 = {"nnodes": 2, "node_rank": 1, "rendezvous.master_addr": "127.0.0.1", "rendezvous.timeout_s": 5}
     plan, issue = taken(**node1)
     assert plan.run_dir == run_dir and issue is not None  # node 1 of the rerun too
     assert taken(resume=run_dir)[1] is None  # continuing it
-    plan, issue = taken(slurm_job_id=77)  # a requeued SLURM job finds its own directory
+    requeued = JobIdentity("slurm", "slurm-77", restart="SLURM requeue 1")
+    plan, issue = taken(requeued)  # a requeued SLURM job finds its own directory
     latest_checkpoint(plan.run_dir).parent.mkdir(parents=True)
     latest_checkpoint(plan.run_dir).write_bytes(b"")
-    assert taken(slurm_job_id=77)[1] is None
+    assert taken(requeued)[1] is None
     write_heartbeat(run_dir, 0, iteration=3, done=3)  # that job still runs: a node joins it
     assert taken(**node1)[1] is None
     time.sleep(0.05)

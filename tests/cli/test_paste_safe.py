@@ -160,13 +160,14 @@ def dry_run(islab, clean_environment, monkeypatch, tmp_path):
     monkeypatch.setattr(TASKS, "_modules", list(TASKS._modules))
     built = []
     app = importlib.import_module("islab.cli.app")  # the module (islab.cli.app is also the Typer app's name)
-    real = app.plan_for  # the plan the dry run prints (the planner's, plus the launch's NCCL settings)
+    real = app.launch_for  # the launch whose plan the dry run prints (islab.plan.launch.plan_launch)
 
     def recording(*args, **kwargs):
-        built.append(real(*args, **kwargs))
-        return built[-1]
+        launch = real(*args, **kwargs)
+        built.append(launch.plan)
+        return launch
 
-    monkeypatch.setattr(app, "plan_for", recording)
+    monkeypatch.setattr(app, "launch_for", recording)
 
     def invoke(argv: list[str], env: dict[str, str]):
         built.clear()

@@ -25,18 +25,28 @@ RUN_IDENTITY = identity("rsl_rl", "torch", TASK, (4,), (1,))
 
 
 def write_checkpoint(
-    path: Path, iteration: int, target: int, job_id: str | None = None, slurm_job_id: str | None = None
-) -> None:
+    path: Path, iteration: int, target: int, job_id: str | None = None, slurm_job_id: str | None = None,
+    scheduler_job: str | None = None,
+) -> None:  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
-    checkpoint = {"format": FORMAT, **RUN_IDENTITY, "iteration": iteration,
-                  "spec": {"target_iteration": target, "job_id": job_id, "slurm_job_id": slurm_job_id}}  # fmt: skip
+    spec = {"target_iteration": target, "job_id": job_id, "scheduler_job": scheduler_job}
+    if slurm_job_id is not None:  # what islab-train wrote before the launcher told the ranks their job
+        spec["slurm_job_id"] = slurm_job_id
+    checkpoint = {"format": FORMAT, **RUN_IDENTITY, "iteration": iteration, "spec": spec}
     buffer = io.BytesIO()
     torch.save(checkpoint, buffer)
     path.write_bytes(buffer.getvalue())
 
 
-def args(run_dir: Path, max_iterations: int = 10, resume: Path | None = None) -> argparse.Namespace:
-    return argparse.Namespace(run_dir=run_dir, max_iterations=max_iterations, resume=resume)
+def args(
+    run_dir: Path, max_iterations: int = 10, resume: Path | None = None, *, job: str | None = None,
+    restart: str | None = None,
+) -> argparse.Namespace:  # fmt: skip
+    """The worker's arguments that decide where it starts (the launcher writes ``--scheduler-job`` and
+    ``--job-restart`` from the allocation: islab.resolve.job)."""
+    return argparse.Namespace(
+        run_dir=run_dir, max_iterations=max_iterations, resume=resume, scheduler_job=job, job_restart=restart
+    )
 
 
 def test_first_attempt_trains_what_was_asked(tmp_path: Path) -> None:
@@ -68,26 +78,33 @@ def test_restart_ignores_a_latest_of_another_job(tmp_path: Path) -> None:
     environ = {"TORCHELASTIC_RESTART_COUNT": "1", "TORCHELASTIC_RUN_ID": "job-new"}
     point = find_resume_point(args(tmp_path, 5, tmp_path), SingleProcess(), RUN_IDENTITY, environ)
     assert point.reason == "resume" and point.target_iteration == 25
-    assert same_job({"spec": {"job_id": "none"}}, {"TORCHELASTIC_RUN_ID": "job-new"})  # static: no id to compare
-    assert not same_job({"spec": {"job_id": "job-old"}}, {"TORCHELASTIC_RUN_ID": "job-new"})
+    plain = args(tmp_path)
+    assert same_job({"spec": {"job_id": "none"}}, plain, {"TORCHELASTIC_RUN_ID": "job-new"})  # static: no id
+    assert not same_job({"spec": {"job_id": "job-old"}}, plain, {"TORCHELASTIC_RUN_ID": "job-new"})
 
 
 def test_requeued_slurm_job_resumes_its_own_latest_to_the_original_target(tmp_path: Path) -> None:
-    """A requeued SLURM job (same SLURM_JOB_ID, SLURM_RESTART_COUNT > 0) continues by itself."""
+    """A requeued SLURM job (the launcher saw SLURM_RESTART_COUNT > 0 and passes ``--job-restart``)
+    continues by itself from a checkpoint its own job wrote; the rank reads no SLURM variable."""
     path = tmp_path / "checkpoints" / "latest.pt"
-    write_checkpoint(path, 4, 10, slurm_job_id="77")
-    requeued = {"SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "1", "TORCHELASTIC_RUN_ID": "none"}
-    point = find_resume_point(args(tmp_path), SingleProcess(), RUN_IDENTITY, requeued)
+    write_checkpoint(path, 4, 10, scheduler_job="slurm-77")
+    requeued = {"job": "slurm-77", "restart": "SLURM requeue 1"}
+    environ = {"TORCHELASTIC_RUN_ID": "none", "SLURM_JOB_ID": "78", "SLURM_RESTART_COUNT": "0"}  # never read
+    point = find_resume_point(args(tmp_path, **requeued), SingleProcess(), RUN_IDENTITY, environ)
     assert (point.checkpoint["iteration"], point.target_iteration, point.reason) == (4, 10, "SLURM requeue 1")
+    assert point.is_restart  # the worker counts the iterations this restart redoes
     # the first run of the job, or another job's checkpoint (a run resumed in place): no requeue resume
-    first = find_resume_point(args(tmp_path), SingleProcess(), RUN_IDENTITY, {**requeued, "SLURM_RESTART_COUNT": "0"})
-    assert first.reason == "new" and first.target_iteration == 10
-    another_job = {**requeued, "SLURM_JOB_ID": "78"}
-    other = find_resume_point(args(tmp_path, 5, tmp_path), SingleProcess(), RUN_IDENTITY, another_job)
-    assert other.reason == "resume" and other.target_iteration == 9
+    first = find_resume_point(args(tmp_path, job="slurm-77"), SingleProcess(), RUN_IDENTITY, {})
+    assert first.reason == "new" and first.target_iteration == 10 and not first.is_restart
+    another_job = args(tmp_path, 5, tmp_path, job="slurm-78", restart="SLURM requeue 1")
+    other = find_resume_point(another_job, SingleProcess(), RUN_IDENTITY, {})
+    assert other.reason == "resume" and other.target_iteration == 9 and not other.is_restart
+    # a checkpoint of an older islab-train, which recorded only the SLURM job id, is still this job's
+    write_checkpoint(path, 4, 10, slurm_job_id="77")
+    assert find_resume_point(args(tmp_path, **requeued), SingleProcess(), RUN_IDENTITY, {}).reason == "SLURM requeue 1"
     # requeued before its first checkpoint: starts as the first attempt did
     path.unlink()
-    assert find_resume_point(args(tmp_path), SingleProcess(), RUN_IDENTITY, requeued).reason == "new"
+    assert find_resume_point(args(tmp_path, **requeued), SingleProcess(), RUN_IDENTITY, {}).reason == "new"
 
 
 def test_last_reported_iteration_skips_a_torn_line(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from adapters import TASK, build_adapter
+from adapters import TASK, build_adapter, jax_on_cpu
 from ports import port_for_a_child
 
 from islab.envs import make_env
@@ -31,6 +31,15 @@ pytestmark = pytest.mark.skipif(
     reason="importing skrl inside a distributed launch would join that job's process group",
 )
 needs_jax = pytest.mark.needs("jax")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def leaves_the_environment_as_it_found_it():
+    """This module's JAX runs on the CPU through JAX's config (tests/adapters.py: ``jax_on_cpu``):
+    a ``JAX_PLATFORMS`` left in ``os.environ`` would reach every process later tests start."""
+    before = os.environ.get("JAX_PLATFORMS")
+    yield
+    assert os.environ.get("JAX_PLATFORMS") == before, "JAX_PLATFORMS leaked out of test_lib_skrl.py"
 
 
 def build(framework: str, run_dir: Path, *, num_envs: int = 32, seed: int = 3, overrides: tuple[str, ...] = ()):
@@ -205,7 +214,7 @@ def test_resume_continues_the_stored_env_stream(framework: str, tmp_path: Path) 
 
 @pytest.fixture(scope="module")
 def trained_jax(tmp_path_factory: pytest.TempPathFactory):
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    jax_on_cpu()
     run_dir = tmp_path_factory.mktemp("skrl_jax") / "run"
     adapter = build("jax", run_dir)
     compiled = _update_compile_counts()
@@ -302,7 +311,7 @@ def test_jax_cuda_rank_without_a_gpu_backend_fails(tmp_path: Path) -> None:
 
     from islab.libs import load_adapter
 
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # what plain jax gives on a GPU node: backend 'cpu'
+    jax_on_cpu()  # what plain jax gives on a GPU node: backend 'cpu'
     ctx = dataclasses.replace(single_rank(0), device="cuda:0", backend="nccl", rank=0)
     env = make_env(TASK, 8, "cpu", seed=0)  # never used: the check comes first
     with pytest.raises(RuntimeError, match=r"rank 0: .*JAX's backend is 'cpu'.*jax\[cuda12\]"):
@@ -312,7 +321,7 @@ def test_jax_cuda_rank_without_a_gpu_backend_fails(tmp_path: Path) -> None:
 @needs_jax
 def test_jax_collectives_are_compiled_once() -> None:
     """skrl builds ``jax.pmap(lambda ...)`` anew per gradient and KL reduction; ours are cached."""
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    jax_on_cpu()
     import jax
     import jax.numpy as jnp
 
@@ -344,7 +353,7 @@ class _ReusedRewardCartpole(CartpoleEnv):
 def test_jax_wrapper_gets_copies_of_the_envs_reused_buffers() -> None:
     """skrl-JAX's wrapper shares memory with what the env returns (DLPack); the env reuses its
     done buffers (and mjlab its reward buffer). A step's JAX arrays must not change at the next."""
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    jax_on_cpu()
     import jax.numpy as jnp
 
     from islab.libs.skrl_jax import wrap_for_jax
@@ -372,7 +381,7 @@ def test_jax_scanned_gae_equals_skrls_to_float32_rounding(time_limit_bootstrap: 
     """Our lax.scan GAE (fast to compile) gives skrl's unrolled loop's returns and advantages. Not
     bitwise: XLA fuses the two programs differently (fused multiply-adds on CPUs that have them),
     which moved results by 1-2 float32 ulps on this project's newer CI machines."""
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    jax_on_cpu()
     import jax.numpy as jnp
 
     from islab.libs import skrl_jax_gae, skrl_jax_ppo

@@ -552,3 +552,64 @@ def test_ipv6_reaches_torchrun_intact_and_is_refused_for_skrl_jax(islab):
     code, out, err = islab("--lib", "skrl", "--ml-framework", "jax", "--device", "cpu", "--dry-run",
                            "--coordinator-address", "[::1]:12351")  # fmt: skip
     assert code == 2 and out == "" and err.startswith("error: coordinator_address") and "IPv6" in err
+
+
+# ----------------------------------------------------------------------------------------------
+# The launch decided once: the scheduler job, the whole launch (islab.plan.launch)
+# ----------------------------------------------------------------------------------------------
+
+# A SLURM step on the second of three nodes (as tests/plan/test_dry_run_golden.py fakes one).
+SRUN = {
+    "SLURM_JOB_ID": "123456", "SLURM_STEP_ID": "0", "SLURM_NNODES": "3", "SLURM_STEP_NUM_NODES": "3",
+    "SLURM_NODEID": "1", "SLURM_JOB_NODELIST": "gpu[01-02],cpu7", "SLURM_STEP_NODELIST": "gpu[01-02],cpu7",
+}  # fmt: skip
+
+
+def resolved_under(environ: dict[str, str], **values: object) -> ResolvedSpec:
+    """``values`` resolved inside the allocation ``environ`` describes (read as the CLI reads it)."""
+    from islab.resolve.allocations import active_allocations
+
+    layer = {name.replace("__", "."): Provided(value, f"--{name}") for name, value in values.items()}
+    layer.setdefault("python", Provided("/opt/py/bin/python", "--python"))
+    return resolve_spec(layer, allocations=active_allocations({}, environ))
+
+
+@pytest.mark.parametrize("restarts", [None, "0", "2"])
+def test_a_slurm_job_is_decided_once_and_its_ranks_are_told(restarts: str | None) -> None:
+    """The allocation names the job once: the run directory slurm-<id>, and the ranks get the job and
+    (on a requeue) why this start continues it as arguments -- they read no SLURM variable."""
+    environ = {**SRUN, **({"SLURM_RESTART_COUNT": restarts} if restarts is not None else {})}
+    spec = resolved_under(environ, device="cpu", nproc_per_node=2)
+    requeue = f"SLURM requeue {restarts}" if restarts not in (None, "0") else None
+    assert (spec.job.scheduler, spec.job.run_leaf, spec.job.restart) == ("slurm", "slurm-123456", requeue)
+    from islab.plan.launch import LaunchFacts, plan_launch
+
+    launch = plan_launch(spec, LaunchFacts(NOW, FREE_PORT))
+    assert launch.plan.run_dir.endswith("/slurm-123456") and launch.dns_host is None
+    worker = check_worker(list(torchrun_args(launch.plan.node(1).argv).training_script_args))
+    assert (worker.scheduler_job, worker.job_restart) == ("slurm-123456", requeue)
+
+
+def test_without_a_scheduler_job_the_ranks_hear_of_none() -> None:
+    spec = resolved_under({}, device="cpu", nproc_per_node=2)
+    argv = build_plan(spec.spec, now=NOW, free_port=FREE_PORT, job=spec.job).node(0).argv
+    assert spec.job is None and "--scheduler-job" not in argv and "--job-restart" not in argv
+
+
+def test_a_kubernetes_job_waits_for_node_0s_name_and_warns_of_cameras_in_the_launch() -> None:
+    """What the CLI once added after planning comes with the launch: the DNS name a Kubernetes job's
+    nodes wait for (node 0's pod), the camera warning, the NCCL settings under the inherited ones."""
+    from islab.plan.launch import LaunchFacts, plan_launch
+    from islab.resolve.job import JobIdentity
+
+    pods = resolved(device="cpu", nnodes=2, node_rank=1, rendezvous__master_addr="sim-0.sim.default.svc")
+    job = JobIdentity("k8s", "k8s-sim", restart="Kubernetes job sim started again", waits_for_dns=True)
+    launch = plan_launch(ResolvedSpec(pods.spec, pods.sources, job=job), LaunchFacts(NOW, FREE_PORT))
+    assert launch.dns_host == "sim-0.sim.default.svc" and launch.plan.run_dir.endswith("/k8s-sim")
+    assert plan_launch(pods, LaunchFacts(NOW, FREE_PORT)).dns_host is None  # no job: nothing to wait for
+
+    script = resolved(device="cuda", nproc_per_node=2, entrypoint={"script": "train.py"}, args=("--enable_cameras",))
+    safe = plan_launch(script, LaunchFacts(NOW, FREE_PORT, {"NCCL_ALGO": "Tree"}, nccl_safe=True))
+    assert len(safe.warnings) == 1 and "cameras are enabled" in safe.warnings[0]
+    env = safe.plan.node(0).env
+    assert env["NCCL_SHM_DISABLE"] == "1" and "NCCL_ALGO" not in env  # the user's own value wins

@@ -114,3 +114,13 @@ def test_the_checks_themselves_tell_a_bad_name_from_a_good_one() -> None:
     assert path_problem("src/islab/spec/worker_args.py") is None
     assert path_problem("src/islab/libs/<lib>.py") is None
     assert path_problem("src/islab/launcher/plan.py") is not None
+
+
+def test_every_shared_test_helper_is_listed() -> None:
+    """A helper module at the top of tests/ is named in the doc's Tests section (what it is for), so a
+    reader finds it before writing another."""
+    doc = DOC.read_text(encoding="utf-8")
+    tests_section = doc[doc.index("## Tests") : doc.index("\n## ", doc.index("## Tests") + 1)]
+    helpers = sorted(path.name for path in (ROOT / "tests").glob("*.py"))
+    missing = [name for name in helpers if f"`tests/{name}`" not in tests_section]
+    assert not missing, "describe each in the Tests section of docs/ARCHITECTURE.md:\n" + "\n".join(missing)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from islab.spec.addresses import is_valid_host, split_host_port
 from islab.spec.fields import DEFAULT_TASK, FALLBACK_NUM_ENVS
 from islab.spec.issues import SpecError, mask_env
 from islab.spec.run_spec import RunSpec
-from islab.tasks import default_num_envs
+from islab.tasks import TASKS, default_num_envs
 
 
 def cli(**values: object) -> dict[str, Provided]:
@@ -78,8 +79,30 @@ def test_rendezvous_is_merged_field_by_field(tmp_path):
     assert resolved.sources["rendezvous.master_port"] is Source.CLI
 
 
-def test_num_envs_default_follows_the_task(tmp_path):
-    assert resolve_spec(cli(task="Islab-Cartpole-v0")).spec.num_envs == 4096
+# A task whose default env count is not the schema's fallback: a default of 24 can only come from it.
+SMALL_TASK_MODULE = """
+import gymnasium as gym
+
+
+class SmallCfg:
+    num_envs = 24
+
+
+gym.register(id="Small-Cartpole-v0", entry_point="islab.tasks.cartpole.cartpole_env:CartpoleEnv",
+             kwargs={"env_cfg_entry_point": "small_tasks:SmallCfg",
+                     "rsl_rl_cfg_entry_point": "islab.tasks.cartpole.agents:rsl_rl_ppo_cfg.yaml"})
+"""
+
+
+def test_num_envs_default_follows_the_task(tmp_path, monkeypatch):
+    (tmp_path / "small_tasks.py").write_text(SMALL_TASK_MODULE)
+    monkeypatch.chdir(tmp_path)
+    # --task-module adds the working directory to sys.path and its task to the registry: undone after.
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(TASKS, "_entries", dict(TASKS.entries))
+    monkeypatch.setattr(TASKS, "_modules", list(TASKS._modules))
+    resolved = resolve_spec(cli(task="Small-Cartpole-v0", task_module="small_tasks"))
+    assert resolved.spec.num_envs == 24 != FALLBACK_NUM_ENVS
 
 
 def test_the_schemas_fallback_env_count_is_the_default_tasks():

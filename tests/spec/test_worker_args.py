@@ -88,6 +88,7 @@ def test_the_worker_reads_back_what_the_planner_wrote(spec, monkeypatch):
         "resume": Path(spec.resume) if spec.resume is not None else None,
         "total_env_steps": spec.total_env_steps, "keep_checkpoints": spec.keep_checkpoints,
         "max_iterations": spec.max_iterations if spec.total_env_steps is None else None,
+        "scheduler_job": None, "job_restart": None,  # no scheduler job (tests/plan/test_plan.py has one)
     }  # fmt: skip
     assert vars(args) == expected
 
@@ -123,7 +124,14 @@ def test_the_spec_and_the_other_readers_use_the_tables_defaults():
 
 
 def test_an_argument_at_its_default_is_left_out_when_the_table_says_so():
-    values = values_from(RunSpec(python="/py").model_dump(), run_dir="r", distributed=True, peer_timeout=600)
+    values = values_from(
+        RunSpec(python="/py").model_dump(),
+        run_dir="r",
+        distributed=True,
+        peer_timeout=600,
+        scheduler_job=None,
+        job_restart=None,
+    )
     quiet = [arg for arg in WORKER_ARGS if arg.emit is Emit.NOT_DEFAULT]
     assert quiet, "the table has no argument written only when it differs from its default"
     for arg in quiet:

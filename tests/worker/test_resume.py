@@ -329,7 +329,9 @@ def test_resume_alone_finishes_the_original_target_and_a_length_with_it_says_how
     adapter.train(2)
 
     def target(max_iterations: int | None) -> int:
-        args = argparse.Namespace(resume=run_dir, max_iterations=max_iterations, run_dir=run_dir)
+        args = argparse.Namespace(
+            resume=run_dir, max_iterations=max_iterations, run_dir=run_dir, scheduler_job=None, job_restart=None
+        )
         point = find_resume_point(args, SingleProcess(), run_identity, {})
         assert point.checkpoint is not None and point.checkpoint["iteration"] == 2
         return point.target_iteration

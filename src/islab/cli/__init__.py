@@ -2,6 +2,7 @@
 
 * :mod:`islab.cli.options` -- the option table: every option once, with its help, panel,
   ``ISLAB_*`` variable and spec field;
+* :mod:`islab.cli.spec_layers` -- options and ``ISLAB_*`` variables -> spec layers -> a resolved spec;
 * :mod:`islab.cli.app` -- the training command (resolve, plan, check, launch);
 * :mod:`islab.cli.commands` -- ``doctor``, ``sbatch`` and ``tasks``;
 * here -- :func:`run` (the entry point tests call in-process) and :func:`main` (the console script
@@ -20,11 +21,12 @@ from typing import Any
 
 import typer
 
-from islab.cli import app as app_module
-from islab.cli.app import PROG, SUBCOMMANDS, app, source_of
+from islab.cli import spec_layers
+from islab.cli.app import PROG, SUBCOMMANDS, app
 from islab.cli.commands import commands
 from islab.cli.isaaclab_spelling import ISAACLAB_SCRIPT_FLAGS, isaaclab_spelling_issue
 from islab.cli.options import BY_NAME, OPTIONS
+from islab.cli.spec_layers import source_of
 from islab.fit.auto import environment_auto_taken, take_auto
 from islab.preflight.quick_exit import end
 from islab.spec.issues import Issue, suggest
@@ -177,15 +179,15 @@ def run(argv: list[str] | None = None) -> int:
         # Everything after `--` belongs to the entry point, verbatim (click would read options there);
         # doctor and sbatch resolve the same spec as the training command, so they take it too.
         cut = args.index("--")
-        args, app_module.ENTRY_ARGS = args[:cut], args[cut + 1 :]
+        args, spec_layers.ENTRY_ARGS = args[:cut], args[cut + 1 :]
     else:
-        app_module.ENTRY_ARGS = None
+        spec_layers.ENTRY_ARGS = None
     command = typer.main.get_command(commands if subcommand else app)
     # `--num-envs auto` (islab.fit.auto): taken off before parsing (the option is a number), applied after resolution
-    args, app_module.NUM_ENVS_AUTO = take_auto(args) if not subcommand else (args, False)
+    args, spec_layers.NUM_ENVS_AUTO = take_auto(args) if not subcommand else (args, False)
     try:
         with environment_auto_taken() as from_environment:
-            app_module.NUM_ENVS_AUTO = app_module.NUM_ENVS_AUTO or (from_environment and not subcommand)
+            spec_layers.NUM_ENVS_AUTO = spec_layers.NUM_ENVS_AUTO or (from_environment and not subcommand)
             result = command.main(args=args, prog_name=PROG, standalone_mode=False)
     except typer.BadParameter as exc:
         print(_bad_parameter_issue(exc).message(), file=sys.stderr)

@@ -1,10 +1,11 @@
 """The training command: options -> spec -> plan -> printed (``--dry-run``) or launched.
 
 The command line only translates: options and ``ISLAB_*`` variables (one table, :mod:`islab.cli.options`)
-become spec layers (:func:`islab.resolve.resolve.resolve_spec` merges and validates them), the spec
-becomes a plan (:func:`islab.plan.plan.build_plan`), and the plan is printed (``--dry-run``) or
-run (:func:`islab.run.supervise.run_plan`). Every failure the user can fix is one line on
-stderr, ``error: <field>: <what is wrong>. <fix>.``, with exit code 2 and no traceback.
+become spec layers (:mod:`islab.cli.spec_layers`; :func:`islab.resolve.resolve.resolve_spec` merges
+and validates them), the spec becomes a launch (:func:`islab.plan.launch.plan_launch`, over the facts
+this edge gathers: the clock, a free port, the environment), and its plan is printed (``--dry-run``)
+or run (:func:`islab.run.supervise.run_plan`). Every failure the user can fix is one line on stderr,
+``error: <field>: <what is wrong>. <fix>.``, with exit code 2 and no traceback.
 
 Exit codes: 0 success (or a dry run); 2 the spec or command line is wrong, nothing started;
 otherwise the training's own status (a failed rank gives non-zero; death by signal N gives 128+N;
@@ -19,14 +20,15 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
-from enum import Enum
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any
 
 import typer
 
+import islab.cli.spec_layers as spec_layers  # the module: its switches are read at call time
 from islab.cli.launch_checks import (
     PreflightOptions,
     claim_run_dir,
@@ -36,22 +38,17 @@ from islab.cli.launch_checks import (
     preflight_options,
     run_dir_taken,
 )
-from islab.cli.options import BY_NAME, OPTIONS, PROG, signature
+from islab.cli.options import PROG, signature
+from islab.cli.spec_layers import GPUS_ALL_ASSUMED, checked, fail, resolve
 from islab.doctor.probes import find_free_port, local_address_towards, visible_gpu_count
 from islab.fit.auto import apply_auto
-from islab.k8s import allocation as k8s_allocation
 from islab.k8s import dns as k8s_dns
-from islab.plan import plan as planner
 from islab.plan.dry_run import format_json, format_text
+from islab.plan.launch import Launch, LaunchFacts, plan_launch
 from islab.plan.launch_issues import launch_issues
 from islab.plan.launch_plan import LaunchPlan
-from islab.plan.nccl import with_nccl_settings
-from islab.plan.placement import camera_warning
 from islab.plan.preflight import wants_preflight
-from islab.plan.torchrun import with_c10d_node_facts
-from islab.resolve.allocations import active_allocations
-from islab.resolve.edge import DryRunEdge
-from islab.resolve.resolve import Provided, ResolvedSpec, Source, resolve_spec
+from islab.resolve.resolve import ResolvedSpec, Source
 from islab.run.supervise import ConsoleOptions, run_plan
 from islab.run.wandb_login import wandb_login_issue
 from islab.rundir import (
@@ -61,22 +58,7 @@ from islab.rundir import (
 from islab.spec.addresses import split_host_port
 from islab.spec.issues import Issue, SpecError, mask_env
 
-# The arguments after `--` (None: no `--` was given), set by islab.cli.run before click parses the rest.
-ENTRY_ARGS: list[str] | None = None
-
-
-# `--num-envs auto` was given (set by islab.cli.run, which takes the word off before parsing).
-NUM_ENVS_AUTO = False
-
-
-def entry_args() -> list[str] | None:
-    """The arguments after `--` of the command being run (read at call time: run() sets them)."""
-    return ENTRY_ARGS
-
-
-T = TypeVar("T")
 NO_CHECK_OPTIONS = PreflightOptions()  # the defaults: pre-flight on, 60 s
-GPUS_ALL_ASSUMED = "no CUDA device is visible here, so this plan assumes 1 GPU per node"
 
 # The subcommands beside the training command (islab.cli.commands registers each; --help lists them).
 SUBCOMMANDS = ("doctor", "sbatch", "k8s", "tasks", "play", "eval", "export", "sweep", "fit")
@@ -134,7 +116,7 @@ app = typer_app(add_completion=True)
 def train(ctx: typer.Context, **options: Any) -> None:
     warnings: list[str] = []  # what a dry run planned without checking it on this machine
     resolved = resolve(ctx, options, dry_run_warnings=warnings if options["dry_run"] else None)
-    if NUM_ENVS_AUTO:  # --num-envs auto: fit's recommendation, cached or measured now (islab.fit.auto)
+    if spec_layers.NUM_ENVS_AUTO:  # --num-envs auto: fit's recommendation, cached or measured now (islab.fit.auto)
         resolved = checked(lambda: apply_auto(resolved, dry_run=options["dry_run"], warnings=warnings))
     if options["json_output"] and not options["dry_run"]:
         fail(SpecError(Issue("--json", "only works together with --dry-run", "Add --dry-run")))
@@ -153,173 +135,23 @@ app.command(
 
 
 # ----------------------------------------------------------------------------------------------
-# Options -> spec layers
-# ----------------------------------------------------------------------------------------------
-
-
-def resolve(
-    ctx: typer.Context,
-    options: dict[str, Any],
-    *,
-    slurm_layer: Any = None,
-    dry_run_warnings: list[str] | None = None,
-    elsewhere: bool = False,
-) -> ResolvedSpec:
-    """Command line + ISLAB_* + cluster file (+ SLURM allocation) -> validated spec, or exit 2.
-    ``dry_run_warnings``: given for a dry run, which then plans what this machine cannot check
-    (``--gpus all`` without GPUs, ``--isaaclab`` without a checkout) and says so in this list.
-    ``elsewhere``: a job written here for other machines (``sbatch``, ``k8s``), whose nodes resolve it
-    again: an ``--isaaclab`` this machine cannot read is planned unchecked, with a warning on stderr."""
-    dry_run = dry_run_warnings is not None
-    try:
-        cli_layer, env_layer = _layers(ctx, options)
-        _apply_gpus(ctx, options.get("gpus"), cli_layer, env_layer, dry_run_warnings)
-        # The scheduler allocations this process runs in (SLURM under srun or with --slurm; Kubernetes in
-        # the pods of a training job or with --k8s: islab.resolve.allocations), unless
-        # the caller plans one itself (sbatch plans the job's allocation before it exists).
-        allocations = active_allocations(options, os.environ) if slurm_layer is None else ()
-        edge = DryRunEdge() if dry_run or elsewhere else None
-        # With the pre-flight on, the nodes compare what they must share before training (field by field).
-        compared = preflight_options(options).mode != "off"
-        resolved = resolve_spec(cli_layer, env_layer, options.get("cluster"), slurm=slurm_layer,
-                                allocations=allocations, edge=edge, nodes_compared=compared)  # fmt: skip
-        if edge is not None and dry_run_warnings is not None:
-            dry_run_warnings += edge.warnings
-        elif edge is not None:
-            for line in edge.warnings:
-                print(line, file=sys.stderr)
-        return resolved
-    except SpecError as exc:
-        fail(exc)
-
-
-def source_of(ctx: typer.Context, name: str) -> str:
-    source = ctx.get_parameter_source(name)
-    return getattr(source, "name", "DEFAULT")
-
-
-def _layers(ctx: typer.Context, values: dict[str, Any]) -> tuple[dict[str, Provided], dict[str, Provided]]:
-    """Split what click collected into the command-line layer and the ISLAB_* layer."""
-    cli_layer: dict[str, Provided] = {}
-    env_layer: dict[str, Provided] = {}
-    overrides = values.get("overrides")
-    if overrides:
-        cli_layer["overrides"] = Provided(tuple(overrides), "KEY=VALUE")
-    if ENTRY_ARGS is not None:  # everything after `--`, verbatim: replaces the YAML `args`
-        cli_layer["args"] = Provided(tuple(ENTRY_ARGS), "--")
-    entry = [option for option in OPTIONS if option.field == "entrypoint" and values.get(option.name) is not None]
-    if len(entry) > 1:
-        raise SpecError(Issue(" / ".join(option.flag for option in entry), "give only one entry point",
-                              "Keep one of --script, --module, --command"))  # fmt: skip
-    for option in OPTIONS:
-        value = values.get(option.name)
-        if option.field is None or value is None or (option.is_flag and value is False):
-            continue
-        if isinstance(value, Enum):
-            value = value.value
-        if option.field == "entrypoint":
-            value = {option.name: value}
-        if option.name == "nnodes" and value.strip().lstrip("+-").isdigit():
-            value = int(value)  # "2" -> 2 (and "-1" -> -1, refused as a count); "1:2" stays text
-        if source_of(ctx, option.name) == "ENVIRONMENT":
-            env_layer[option.field] = Provided(value, option.envvar)
-        else:
-            cli_layer[option.field] = Provided(value, option.flag)
-    return cli_layer, env_layer
-
-
-def run_leaf_of(resolved: ResolvedSpec) -> str | None:
-    """The run directory's leaf when a scheduler allocation supplied part of the spec -- the SLURM
-    job (slurm-<id>) or the Kubernetes job (k8s-<name>) -- so that a requeued job or a pod started
-    again finds its checkpoint."""
-    used = set(resolved.sources.values())
-    if Source.K8S in used:
-        return k8s_allocation.allocation_from_environ(os.environ).run_leaf
-    if Source.SLURM in used:
-        return f"slurm-{int(os.environ['SLURM_JOB_ID'])}"
-    return None
-
-
-def _apply_gpus(
-    ctx: typer.Context,
-    gpus: str | None,
-    cli_layer: dict[str, Provided],
-    env_layer: dict[str, Provided],
-    dry_run_warnings: list[str] | None = None,
-) -> None:
-    """--gpus N|all is shorthand for device=cuda + nproc_per_node=N, in the layer it came from.
-    A dry run on a machine without GPUs plans ``all`` as one GPU per node (the world size, the
-    budget and skrl-JAX's per-rank commands need a number; one is the smallest real plan) and warns."""
-    if gpus is None:
-        return
-    from_env = source_of(ctx, "gpus") == "ENVIRONMENT"
-    layer = env_layer if from_env else cli_layer
-    label = BY_NAME["gpus"].envvar if from_env else "--gpus"
-    text = gpus.strip().lower()
-    if text == "all":
-        count = visible_gpu_count()
-        if count == 0 and dry_run_warnings is not None:
-            count = 1
-            dry_run_warnings.append(f"warning: {label} all: {GPUS_ALL_ASSUMED} (a real launch counts the node's GPUs)")
-        elif count == 0:
-            raise SpecError(Issue(
-                label,
-                "'all' found no visible CUDA devices (CUDA_VISIBLE_DEVICES / nvidia-smi)",
-                "Pass --gpus N to plan for N GPUs, or use --device cpu --nproc N",
-            ))  # fmt: skip
-    elif text.isdigit():
-        count = int(text)
-    else:
-        raise SpecError(Issue(label, f"expected a number or 'all', got {gpus!r}", "Use e.g. --gpus 2 or --gpus all"))
-    device = layer.get("device")
-    if device is not None and device.value != "cuda":
-        raise SpecError(Issue(
-            label, f"GPUs were asked for together with {device.origin} {device.value}",
-            "Use --gpus N for GPU ranks, or --device cpu --nproc N for CPU ranks, not both",
-        ))  # fmt: skip
-    if "nproc_per_node" in layer:
-        raise SpecError(Issue(
-            label, f"both --gpus and {layer['nproc_per_node'].origin} set the processes per node",
-            "Give only one of them",
-        ))  # fmt: skip
-    layer["device"] = Provided("cuda", label)
-    layer["nproc_per_node"] = Provided(count, label)
-
-
-def checked(function: Callable[..., T], *args: Any) -> T:
-    """``function(*args)``, or exit 2 with its SpecError's messages."""
-    try:
-        return function(*args)
-    except SpecError as exc:
-        fail(exc)
-
-
-def fail(exc: SpecError, code: int = 2) -> NoReturn:
-    for issue in exc.issues:
-        print(issue.message(), file=sys.stderr)
-    raise typer.Exit(code)
-
-
-# ----------------------------------------------------------------------------------------------
 # Plan, check, launch
 # ----------------------------------------------------------------------------------------------
 
 
-def plan_for(
-    resolved: ResolvedSpec, checks: PreflightOptions, *, now: datetime | None = None, free_port: int | None = None,
-    run_dir: str | None = None,
-) -> LaunchPlan:  # fmt: skip
-    """The spec's plan, with the NCCL settings the launch adds (flight recorder, --nccl-safe), or exit 2.
-    ``now`` and ``free_port`` default to the clock and a probed port; a plan made again for the
-    directory this launch claimed (``run_dir``) passes the first plan's."""
-    now = now or datetime.now()
-    free_port = free_port or find_free_port()
+def launch_for(resolved: ResolvedSpec, checks: PreflightOptions, facts: LaunchFacts | None = None) -> Launch:
+    """The launch of the spec (:func:`islab.plan.launch.plan_launch`), or exit 2. ``facts``: the
+    edge's, by default the clock, a probed port and this process's environment."""
+    facts = facts or LaunchFacts(datetime.now(), find_free_port(), os.environ, nccl_safe=checks.nccl_safe)
     try:
-        plan = planner.build_plan(resolved.spec, now=now, free_port=free_port, job_leaf=run_leaf_of(resolved),
-                                  to_target=planner.resumes_to_target(resolved), run_dir=run_dir)  # fmt: skip
+        return plan_launch(resolved, facts)
     except SpecError as exc:
         fail(exc)
-    return with_nccl_settings(plan, resolved.spec, safe=checks.nccl_safe, inherited=os.environ)
+
+
+def plan_for(resolved: ResolvedSpec, checks: PreflightOptions) -> LaunchPlan:
+    """The spec's plan as a launch runs it (``doctor --collectives`` checks that one), or exit 2."""
+    return launch_for(resolved, checks).plan
 
 
 def _plan_and_go(
@@ -327,14 +159,14 @@ def _plan_and_go(
     warnings: Sequence[str] = (), checks: PreflightOptions = NO_CHECK_OPTIONS,
 ) -> None:  # fmt: skip
     spec = resolved.spec
-    now, free_port = datetime.now(), find_free_port()
-    plan = plan_for(resolved, checks, now=now, free_port=free_port)
+    facts = LaunchFacts(datetime.now(), find_free_port(), os.environ, nccl_safe=checks.nccl_safe)
+    launch = launch_for(resolved, checks, facts)
+    plan = launch.plan
 
     # The ranks get the spec's env on top of ours: count the GPUs they will see.
     visible_gpus = visible_gpu_count({**os.environ, **spec.env}) if spec.device == "cuda" else 0
-    placement = [line for line in (camera_warning(spec, os.environ),) if line]
     if dry_run:
-        for line in [*warnings, *placement]:
+        for line in [*warnings, *launch.warnings]:
             print(line, file=sys.stderr)
         gpus_assumed = any(GPUS_ALL_ASSUMED in line for line in warnings)  # said once already
         if spec.device == "cuda" and visible_gpus < spec.nproc_per_node and not gpus_assumed:
@@ -354,23 +186,28 @@ def _plan_and_go(
     issues = launch_issues(
         spec, platform=sys.platform, visible_gpus=visible_gpus, environ=os.environ, device_defaulted=defaulted
     )
-    taken = run_dir_taken(spec, plan, run_leaf_of(resolved), now=time.time())
+    job_leaf = resolved.job.run_leaf if resolved.job is not None else None  # a scheduler job's own directory
+    taken = run_dir_taken(spec, plan, job_leaf, now=time.time())
     login = wandb_login_issue({**os.environ, **spec.env}, Path.home()) if spec.logger == "wandb" else None
     refused = [*issues, *(issue for issue in (taken, login) if issue is not None)]
     if refused:
         fail(SpecError(refused))
-    for line in placement:
+    for line in launch.warnings:
         print(line, file=sys.stderr)
     node_rank = spec.node_rank if spec.node_rank is not None else 0
-    if plan.rendezvous_address and str(run_leaf_of(resolved)).startswith("k8s-"):
-        k8s_dns.wait_for_dns(split_host_port(plan.rendezvous_address)[0], plan.rendezvous_timeout_s)
+    if launch.dns_host is not None:  # a Kubernetes job's node 0: its name exists once its pod runs
+        k8s_dns.wait_for_dns(launch.dns_host, plan.rendezvous_timeout_s)
     hosts_store = doctor_checks(spec, plan, visible_gpus)
+    # What only this node knows (a c10d node's store and address), and the directory it claimed:
+    # the same facts plus those, planned again by the same function.
     if spec.rendezvous.backend == "c10d" and spec.nnodes > 1 and plan.rendezvous_address:
         local_addr = local_address_towards(*split_host_port(plan.rendezvous_address))
-        plan = with_c10d_node_facts(plan, node_rank, hosts_store=hosts_store, local_addr=local_addr)
-    claimed = claim_run_dir(spec, plan, run_leaf_of(resolved))
+        facts = replace(facts, hosts_store=hosts_store, local_addr=local_addr)
+    claimed = claim_run_dir(spec, plan, job_leaf)
     if claimed is not None and claimed != plan.run_dir:  # another launch took the name this second
-        plan = plan_for(resolved, checks, now=now, free_port=free_port, run_dir=claimed)
+        facts = replace(facts, run_dir=claimed)
+    if facts.hosts_store is not None or facts.run_dir is not None:
+        plan = launch_for(resolved, checks, facts).plan
 
     record = {
         "spec": spec.to_plain(),

@@ -14,20 +14,20 @@ from __future__ import annotations
 import json
 import sys
 from datetime import datetime
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from islab import rundir
-from islab.cli.app import checked, entry_args, fail, plan_for, resolve, source_of, typer_app
+from islab.cli.app import plan_for, typer_app
 from islab.cli.eval_command import EVAL_HELP, eval_command
 from islab.cli.fit_command import FIT_EPILOG, FIT_HELP, fit_command
 from islab.cli.k8s_command import K8S_EPILOG, K8S_HELP, k8s_command
 from islab.cli.launch_checks import preflight_options, run_collective_check
-from islab.cli.options import OPTIONS, keyword, signature
+from islab.cli.options import OPTIONS, keyword, option_words, signature
 from islab.cli.policy_command import EXPORT_HELP, PLAY_HELP, export_command, play_command
+from islab.cli.spec_layers import checked, entry_args, fail, resolve, source_of
 from islab.doctor import checks as doctor
 from islab.doctor import facts as doctor_facts
 from islab.doctor import report as doctor_report
@@ -270,7 +270,7 @@ def _forwarded_options(ctx: typer.Context, options: dict[str, Any], log_dir: Pat
             value = str(log_dir)
         elif option.name == "cluster":
             value = str(Path(value).absolute())
-        args += [option.flag, value.value if isinstance(value, Enum) else str(value)]
+        args += option_words(option, value)
     args += list(options.get("overrides") or ())
     if entry_args() is not None:  # the entry point's own arguments, verbatim
         args += ["--", *entry_args()]

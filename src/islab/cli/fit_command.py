@@ -14,8 +14,8 @@ from typing import Annotated, Any
 
 import typer
 
-from islab.cli.app import fail, resolve
 from islab.cli.options import keyword, signature
+from islab.cli.spec_layers import fail, resolve
 from islab.fit import cache
 from islab.fit.search import (
     DEFAULT_CHILD_TIMEOUT_S,

@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import sys
 from datetime import datetime
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from islab.cli.app import _apply_gpus, _layers, fail, resolve
-from islab.cli.options import OPTIONS, keyword, signature
+from islab.cli.options import field_argv, keyword, signature
+from islab.cli.spec_layers import apply_gpus, fail, option_layers, resolve
 from islab.k8s import manifests
-from islab.k8s.allocation import KubernetesAllocation
+from islab.k8s.allocation import KubernetesAllocation, job_run_leaf
 from islab.k8s.names import DEFAULT_FORMAT, DEFAULT_RUNTIME, FORMATS, RENDEZVOUS_PORT, RUNS_MOUNT
 from islab.k8s.options import DEFAULT_SECRET, K8sOptions, option_issues
 from islab.k8s.pod import PodJob
@@ -40,7 +39,6 @@ PLACEMENT_FIELDS = frozenset({
 })  # fmt: skip
 EXCLUDED_OPTIONS = ("slurm", "k8s", "node_rank", "master_addr", "master_port", "rdzv_endpoint",
                     "coordinator_address", "log_dir")  # fmt: skip
-BY_FIELD = {option.field: option for option in OPTIONS if option.field not in (None, "entrypoint")}
 
 
 def _own(name: str, kind: Any, default: Any, help_text: str, *flags: str, metavar: str | None = None) -> Any:
@@ -149,7 +147,7 @@ def k8s_command(ctx: typer.Context, **options: Any) -> None:
     else:
         print(text, end="", flush=True)
     pod_spec = spec.model_copy(update={"log_dir": RUNS_MOUNT, "resume": None})
-    run_dir = run_dir_for(pod_spec, datetime.now(), job_leaf=f"k8s-{name}")  # as each pod will name it
+    run_dir = run_dir_for(pod_spec, datetime.now(), job_leaf=job_run_leaf(name))  # as each pod will name it
     print(f"islab-train: {fmt} '{name}': {spec.nnodes} pod(s) x {spec.nproc_per_node} rank(s) on {spec.device}; "
           f"run directory in the pods: {run_dir}", file=sys.stderr)  # fmt: skip
     if not k8s.logs_pvc:
@@ -186,8 +184,8 @@ def _header(fmt: str, job: PodJob) -> str:
 def given_fields(ctx: typer.Context, options: dict[str, Any]) -> dict[str, Any]:
     """What this command line, the ISLAB_* variables and the cluster file set, merged by precedence
     (none of the three reaches the pod by itself)."""
-    cli_layer, env_layer = _layers(ctx, options)
-    _apply_gpus(ctx, options.get("gpus"), cli_layer, env_layer)
+    cli_layer, env_layer = option_layers(ctx, options)
+    apply_gpus(ctx, options.get("gpus"), cli_layer, env_layer)
     file_layer: dict[str, Provided] = load_cluster_file(options["cluster"]) if options.get("cluster") else {}
     given: dict[str, Any] = {}
     for layer in (file_layer, env_layer, cli_layer):
@@ -199,22 +197,11 @@ def pod_command(ctx: typer.Context, options: dict[str, Any], python: str) -> tup
     """The container's command: ``python -m islab.cli`` + the given fields as options (their env
     becomes the container's env instead)."""
     given = given_fields(ctx, options)
-    args: list[str] = []
-    for field, value in given.items():
-        if field in PLACEMENT_FIELDS or field in ("env", "overrides", "args"):
-            continue
-        if field == "entrypoint":
-            ((kind, entry),) = value.items()
-            args += [f"--{kind}", str(entry)]
-            continue
-        option = BY_FIELD.get(field)
-        if option is None:
-            fix = "Remove it from the cluster file, or run islab-train in the pod yourself"
-            raise SpecError(Issue(field, "cannot be passed to the pods as an option", fix))
-        if option.is_flag:
-            args += [option.flag.split("/")[0]] if value else []
-        else:
-            args += [option.flag, value.value if isinstance(value, Enum) else str(value)]
+    try:
+        args = field_argv({field: value for field, value in given.items() if field not in PLACEMENT_FIELDS})
+    except KeyError as exc:
+        fix = "Remove it from the cluster file, or run islab-train in the pod yourself"
+        raise SpecError(Issue(str(exc.args[0]), "cannot be passed to the pods as an option", fix)) from None
     args += ["--log-dir", RUNS_MOUNT, *given.get("overrides", ())]
     if given.get("args") is not None:
         args += ["--", *given["args"]]

@@ -12,6 +12,7 @@ and the planner's constants, never written into a help string.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -36,11 +37,8 @@ from islab.spec.fields import (
     JAX_INIT_TIMEOUT_S,
     TORCHRUN_C10D_JOIN_TIMEOUT_S,
     TORCHRUN_STATIC_RDZV_TIMEOUT_S,
-    Rendezvous,
 )
-from islab.spec.run_spec import (
-    RunSpec,
-)
+from islab.spec.run_spec import field_default
 from islab.spec.worker_args import spec_options
 
 PROG = "islab-train"  # the command's name in help and messages
@@ -62,13 +60,6 @@ RdzvChoice = _choice("RdzvChoice", CHOICES["rendezvous.backend"])
 LoggerChoice = _choice("LoggerChoice", CHOICES["logger"])
 StartMethodChoice = _choice("StartMethodChoice", CHOICES["start_method"])
 PreflightChoice = _choice("PreflightChoice", MODES)
-
-
-def spec_default(field: str) -> Any:
-    """The schema's default of a dotted spec field (``rendezvous.id`` -> ``None``)."""
-    section, _, name = field.rpartition(".")
-    model = Rendezvous if section == "rendezvous" else RunSpec
-    return model.model_fields[name].get_default(call_default_factory=True)
 
 
 @dataclass(frozen=True)
@@ -101,8 +92,9 @@ class Option:
     def help_text(self) -> str:
         if not self.default:
             return self.help
-        default = self.default.format(spec_default(self.field)) if self.field and "{}" in self.default else self.default
-        return f"{self.help} {default}"
+        if self.field and "{}" in self.default:
+            return f"{self.help} {self.default.format(field_default(self.field))}"
+        return f"{self.help} {self.default}"
 
     def parameter(self) -> inspect.Parameter:
         """The Typer parameter of this row."""
@@ -281,6 +273,42 @@ OPTIONS: tuple[Option, ...] = (
            f"{rundir.rank_log('<run_dir>', '<R>')}.", PANEL_OUTPUT, kind=bool, train_only=True),
 )  # fmt: skip
 BY_NAME = {option.name: option for option in OPTIONS}
+BY_FIELD = {option.field: option for option in OPTIONS if option.field not in (None, "entrypoint")}
+
+# Spec fields without an option of their own: the cluster file's env, the trailing KEY=VALUE
+# overrides and the entry point's arguments after `--` (their writers place them).
+NOT_OPTIONS = ("env", "overrides", "args")
+
+
+def option_words(option: Option, value: Any) -> list[str]:
+    """One option with its value as command-line words: a flag as its spelling for the value
+    (``--nccl-safe`` when true, nothing when false; ``--k8s`` / ``--no-k8s``), else the flag and
+    the value's text (an Enum's value)."""
+    if option.is_flag:
+        on, _, off = option.flag.partition("/")
+        return [on] if value else ([off] if off else [])
+    return [option.flag, str(value.value if isinstance(value, Enum) else value)]
+
+
+def field_argv(fields: Mapping[str, Any]) -> list[str]:
+    """Spec fields as ``islab-train`` options, in the order given: the one writer of the command
+    lines that ``sbatch``'s nodes, ``k8s``'s pods, a sweep's trials and a run trained again get.
+    ``fields`` is keyed by dotted field (``rendezvous.master_port``); the entry point as
+    ``{"entrypoint": {kind: target}}`` or ``"entrypoint.<kind>"``. The fields in
+    :data:`NOT_OPTIONS` are skipped (the caller places them); a field no option sets raises KeyError."""
+    args: list[str] = []
+    for field, value in fields.items():
+        if field in NOT_OPTIONS:
+            continue
+        if field == "entrypoint":
+            ((kind, target),) = value.items()
+            args += [f"--{kind}", str(target)]
+        elif field.startswith("entrypoint."):
+            args += [f"--{field.split('.', 1)[1]}", str(value)]
+        else:
+            args += option_words(BY_FIELD[field], value)
+    return args
+
 
 # The trailing KEY=VALUE items: agent-config overrides (the spec field ``overrides``).
 OVERRIDES = inspect.Parameter(

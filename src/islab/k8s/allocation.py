@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from islab.k8s.names import FORMAT_VARIABLE, FORMATS, JOB_VARIABLE, MASTER_VARIABLE, NNODES_VARIABLE, RENDEZVOUS_PORT
+from islab.resolve.job import JobIdentity
 from islab.resolve.layers import Provided
 from islab.resolve.slurm import launcher_chosen
 from islab.spec.addresses import join_host_port, split_host_port
@@ -68,6 +69,12 @@ def in_kubernetes_pod(environ: Mapping[str, str]) -> bool:
     return FORMAT_VARIABLE in environ or ("PET_NNODES" in environ and "KUBERNETES_SERVICE_HOST" in environ)
 
 
+def job_run_leaf(job: str) -> str:
+    """The run directory's last part of the Kubernetes job ``job``: the same for every pod and every
+    restart (``islab-train k8s`` names it for the manifests, each pod for itself)."""
+    return f"k8s-{job}"
+
+
 @dataclass(frozen=True)
 class KubernetesAllocation:
     """This pod's place in a Kubernetes training job."""
@@ -85,7 +92,14 @@ class KubernetesAllocation:
     @property
     def run_leaf(self) -> str:
         """The run directory's last part: the same for every pod and every restart of the job."""
-        return f"k8s-{self.job}"
+        return job_run_leaf(self.job)
+
+    @property
+    def identity(self) -> JobIdentity:
+        """The job: its run directory ``k8s-<job>``; Kubernetes says nothing about restarts, so every
+        start of a pod continues the job's own checkpoint when there is one; node 0's DNS name
+        appears only once its pod runs."""
+        return JobIdentity("k8s", self.run_leaf, restart=f"Kubernetes job {self.job} started again", waits_for_dns=True)
 
     def layer(self, chosen: Mapping[str, Any]) -> dict[str, Provided]:
         """The allocation as a spec layer; ``chosen`` holds what the other layers set, because the

@@ -30,10 +30,12 @@ from islab.plan.launch_plan import LaunchPlan, NodePlan, RankLaunch
 from islab.resolve.isaaclab import tensorboard_root
 from islab.resolve.isaaclab3 import RUN_TIMESTAMP_FORMAT, is_isaaclab3_entry, with_run_timestamp
 from islab.resolve.isaaclab_resume import option_value
+from islab.resolve.job import JobIdentity
 from islab.resolve.layers import Source
 from islab.resolve.resolved import ResolvedSpec
 from islab.spec.addresses import join_host_port, split_host_port
 from islab.spec.budget import Budget
+from islab.spec.dotted import field_value
 from islab.spec.fields import (
     DEFAULT_C10D_ID,
     DEFAULT_MULTINODE_MASTER_PORT,
@@ -90,13 +92,14 @@ def hang_timeout_of(spec: RunSpec) -> int:
 # ----------------------------------------------------------------------------------------------
 
 
-def run_dir_for(spec: RunSpec, now: datetime, slurm_job_id: int | None = None, job_leaf: str | None = None) -> str:
+def run_dir_for(spec: RunSpec, now: datetime, job_leaf: str | None = None) -> str:
     """``<log_dir>/<lib>/<task>/<leaf>[_<run_name>]`` (other entry points: :func:`what_ran`) -- chosen
     once, for all ranks; or the run directory being resumed, so a resumed run keeps its logs and
     checkpoints together.
 
-    A SLURM job's leaf is ``slurm-<job id>``: every node knows it, and a requeued job (same id)
-    finds its own run directory again and resumes from its checkpoint (:mod:`islab.worker.resume`).
+    A scheduler job's leaf (``job_leaf``: ``slurm-<job id>``, ``k8s-<name>``, :mod:`islab.resolve.job`)
+    is known to every node, and a requeued job (same id) finds its own run directory again and resumes
+    from its checkpoint (:mod:`islab.worker.resume`).
     Otherwise, one node: the leaf is the launch time (``YYYY-mm-dd_HH-MM-SS``). Several nodes plan the
     directory each on its own, so its name must come from what they share, not from each node's
     clock: the rendezvous id (``--rdzv-id``; c10d under SLURM ``slurm-<job id>``), else a digest of the
@@ -106,8 +109,6 @@ def run_dir_for(spec: RunSpec, now: datetime, slurm_job_id: int | None = None, j
         return continued
     if job_leaf is not None:  # a scheduler's job: slurm-<id>, k8s-<name> (islab.k8s.allocation)
         leaf = job_leaf
-    elif slurm_job_id is not None:
-        leaf = f"slurm-{slurm_job_id}"
     elif spec.nnodes > 1:
         leaf = spec.rendezvous.id or f"spec-{_shared_digest(spec)}"
     else:
@@ -147,8 +148,7 @@ def shared_values(spec: RunSpec) -> dict[str, object]:
     plain = spec.to_plain()
     shared = {}
     for name in shared_fields(spec.launcher):
-        section, _, key = name.rpartition(".")
-        shared[name] = plain[section][key] if section else plain[key]
+        shared[name] = field_value(plain, name)
     return json.loads(json.dumps(shared, default=str))
 
 
@@ -182,20 +182,25 @@ def resumes_to_target(resolved: ResolvedSpec) -> bool:
     return resolved.spec.resume is not None and not given & {Source.CLI, Source.ENV, Source.FILE}
 
 
-def program_of(spec: RunSpec, run_dir: str, *, to_target: bool = False, now: datetime | None = None) -> tuple[str, ...]:
+def program_of(
+    spec: RunSpec, run_dir: str, *, to_target: bool = False, now: datetime | None = None, job: JobIdentity | None = None
+) -> tuple[str, ...]:
     """What each rank runs, after torchrun's options (or as ``python PROGRAM`` for skrl-JAX ranks):
     ``-m islab.worker ARGS`` -- the module form, so no path of this machine is in a command for
     another node -- or the user's entry point (:func:`entry_argv`, launched at ``now``)."""
     if spec.entrypoint is not None:
         return tuple(entry_argv(spec, now))
-    return ("-m", torchrun.WORKER_MODULE, *worker_args(spec, run_dir, to_target=to_target))
+    return ("-m", torchrun.WORKER_MODULE, *worker_args(spec, run_dir, to_target=to_target, job=job))
 
 
-def worker_args(spec: RunSpec, run_dir: str, *, to_target: bool = False) -> list[str]:
+def worker_args(spec: RunSpec, run_dir: str, *, to_target: bool = False, job: JobIdentity | None = None) -> list[str]:
     """The worker command line of docs/ARCHITECTURE.md (after ``-m islab.worker`` / the script),
     written from the one table of worker arguments (:mod:`islab.spec.worker_args`). ``to_target``:
     resuming alone, so no length (the worker trains to the checkpoint's target)."""
-    values = values_from(spec.model_dump(), run_dir=run_dir, distributed=True, peer_timeout=rendezvous_timeout_of(spec))
+    values = values_from(
+        spec.model_dump(), run_dir=run_dir, distributed=True, peer_timeout=rendezvous_timeout_of(spec),
+        scheduler_job=job.run_leaf if job is not None else None, job_restart=job.restart if job is not None else None,
+    )  # fmt: skip
     if to_target:
         values["max_iterations"] = values["total_env_steps"] = None
     return to_argv(values)
@@ -259,25 +264,25 @@ def build_plan(
     *,
     now: datetime,
     free_port: int,
-    slurm_job_id: int | None = None,
-    job_leaf: str | None = None,
+    job: JobIdentity | None = None,
     to_target: bool = False,
     run_dir: str | None = None,
 ) -> LaunchPlan:
     """Plan every node of ``spec`` (or only ``spec.node_rank`` when given).
 
-    ``now`` (or, inside a SLURM allocation, ``slurm_job_id``) names the run directory; ``free_port``
+    ``now`` (or the scheduler ``job``, :mod:`islab.resolve.job`) names the run directory; the job is
+    also told to the ranks (``--scheduler-job``, ``--job-restart``: what a restart resumes); ``free_port``
     is used for a single-node rendezvous or JAX coordinator that the spec left open (the caller
     probes it; see ``supervise.find_free_port``). ``to_target``: ``--resume`` alone
     (:func:`resumes_to_target`), which trains to the run's original target. ``run_dir``: the
     directory a real launch claimed (:func:`islab.rundir.claim_new_dir`: ``<leaf>-2`` when another
     launch took ``run_dir_for``'s name in the same second); default :func:`run_dir_for`.
     """
-    run_dir = run_dir or run_dir_for(spec, now, slurm_job_id, job_leaf)
+    run_dir = run_dir or run_dir_for(spec, now, job_leaf=job.run_leaf if job is not None else None)
     launcher = spec.launcher
     derived, node0_port = _derive(spec, free_port)
     env = MappingProxyType(plan_env(spec, run_dir))
-    program = program_of(spec, run_dir, to_target=to_target, now=now)
+    program = program_of(spec, run_dir, to_target=to_target, now=now, job=job)
     node_ranks = [spec.node_rank] if spec.node_rank is not None else list(range(spec.nnodes))
     nodes = []
     for node_rank in node_ranks:

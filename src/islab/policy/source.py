@@ -113,15 +113,15 @@ def train_again_command(run_dir: Path) -> str | None:
     it was launched with (its ``launch.yaml``, as ``--resume`` reads it:
     :func:`islab.resolve.resumed.stored_layer`), shell-quoted; None without a readable record. Values
     of its cluster file's ``env:`` have no option and are not repeated."""
+    from islab.cli.options import field_argv
     from islab.plan.dry_run import shell_line
     from islab.resolve.resumed import stored_layer
-    from islab.sweep.trials import run_options
 
     stored = {name: value for name, (value, _) in stored_layer(run_dir).items()}
     if not stored:
         return None
     try:
-        options = run_options(stored, None)
+        options = field_argv(stored)
     except KeyError:  # a field of a newer or older islab-train without an option here
         return None
     args = [str(arg) for arg in stored.get("args") or ()]

@@ -19,10 +19,10 @@ from islab.libs.registry import launcher_of
 from islab.resolve.layers import RIVALS, Layer, Merged, Source
 from islab.resolve.messages import label_of
 from islab.resolve.sources import file_name_of
-from islab.spec.fields import DEFAULT_TASK, Rendezvous, parse_node_range
+from islab.spec.fields import DEFAULT_TASK, parse_node_range
 from islab.spec.issues import Issue
 from islab.spec.launch_rules import shared_fields
-from islab.spec.run_spec import RunSpec
+from islab.spec.run_spec import RunSpec, field_default
 
 
 def node_agreement_issue(
@@ -65,9 +65,7 @@ def _shared_default(name: str, file: Mapping[str, Any], task_default_envs: Calla
     or the schema's default."""
     if name == "num_envs":
         return task_default_envs(file["task"].value if "task" in file else DEFAULT_TASK)
-    section, _, key = name.rpartition(".")
-    model = Rendezvous if section == "rendezvous" else RunSpec
-    return model.model_fields[key].get_default(call_default_factory=True)
+    return field_default(name)
 
 
 def _comparable(name: str, value: Any) -> Any:

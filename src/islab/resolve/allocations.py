@@ -27,7 +27,8 @@ class AllocationReader:
     name: str  # the option that switches it on/off (--slurm/--no-slurm), the key in the CLI's options
     source: Source
     automatic: Callable[[Mapping[str, str]], bool]  # on by itself in this environment (flag not given)
-    read: Callable[[Mapping[str, str]], Any]  # environment -> an allocation with .layer(chosen)
+    # environment -> an allocation with .layer(chosen) and, for a job that exists, .identity (a JobIdentity)
+    read: Callable[[Mapping[str, str]], Any]
 
     def active(self, flag: bool | None, environ: Mapping[str, str]) -> bool:
         return flag is True or (flag is None and self.automatic(environ))
@@ -48,8 +49,10 @@ def active_allocations(
 ) -> tuple[AllocationSource, ...]:
     """The allocations this process runs in, read from ``environ`` (the edge passes os.environ);
     ``flags``: each reader's ``--<name>/--no-<name>`` (None: not given)."""
-    return tuple(
-        AllocationSource(reader.source, reader.read(environ).layer)
-        for reader in readers
-        if reader.active(flags.get(reader.name), environ)
-    )
+    found = []
+    for reader in readers:
+        if reader.active(flags.get(reader.name), environ):
+            allocation = reader.read(environ)
+            # the job it is: decided here, once, for the planner and the ranks (islab.resolve.job)
+            found.append(AllocationSource(reader.source, allocation.layer, getattr(allocation, "identity", None)))
+    return tuple(found)

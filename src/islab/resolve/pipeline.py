@@ -34,8 +34,8 @@ from islab.resolve.messages import label_of
 from islab.resolve.resolved import ResolvedSpec
 from islab.resolve.sources import AllocationSource, allocation_layers, cluster_layer, resume_value, resumed_layer
 from islab.resolve.steps import apply_presets, derive, disk_issue, resumed_issue, validate
+from islab.spec.fields import MODULE_PATTERN
 from islab.spec.issues import Issue, SpecError
-from islab.spec.run_spec import MODULE_PATTERN
 from islab.tasks import TaskRegistrationError
 
 
@@ -85,7 +85,10 @@ def resolve(inputs: Inputs, edge: Edge | None = None) -> ResolvedSpec:
             raise SpecError(issue)
     if spec.entrypoint is None:  # our worker: the planner's budget counts the agent config's rollout
         spec = spec.with_rollout_length(edge.rollout_length(spec.lib, spec.task, spec.overrides))
-    return ResolvedSpec(spec, merged.sources, merged.origins, str(path) if path is not None else None)
+    used = set(merged.sources.values())
+    # the job of the allocation that placed this node (the last reader's when two did: Kubernetes over SLURM)
+    job = next((found.job for found in reversed(inputs.allocations) if found.source in used and found.job), None)
+    return ResolvedSpec(spec, merged.sources, merged.origins, str(path) if path is not None else None, job)
 
 
 def announce_task_module(merged: Merged, edge: Edge) -> None:

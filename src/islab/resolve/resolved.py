@@ -12,7 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from islab.resolve.job import JobIdentity
 from islab.resolve.layers import Source
+from islab.spec.dotted import field_value
 from islab.spec.run_spec import FIELDS, RunSpec
 
 
@@ -24,13 +26,13 @@ class ResolvedSpec:
     sources: Mapping[str, Source] = field(default_factory=dict)
     origins: Mapping[str, str] = field(default_factory=dict)
     cluster_file: str | None = None
+    # The scheduler job this launch is part of (None: none), from the allocation that supplied fields.
+    job: JobIdentity | None = None
 
     def explain(self) -> list[tuple[str, Any, Source]]:
         """(field, value, source) for every field, in schema order; secrets masked."""
         plain = self.spec.to_plain()
         rows = []
         for name in FIELDS:
-            section, _, key = name.rpartition(".")
-            value = plain[section][key] if section else plain[key]
-            rows.append((name, value, self.sources.get(name, Source.DEFAULT)))
+            rows.append((name, field_value(plain, name), self.sources.get(name, Source.DEFAULT)))
         return rows

@@ -21,6 +21,7 @@ from typing import Any
 
 from islab.resolve.allocations import ALLOCATION_SOURCES
 from islab.rundir import LAUNCH_FILE, run_dir_of
+from islab.spec.dotted import MISSING, field_value
 from islab.spec.issues import SECRET_MASK, Issue
 
 # What a checkpoint's state is shaped by (per-rank env count: one env state per environment).
@@ -46,13 +47,11 @@ def stored_layer(run_dir: Path) -> dict[str, tuple[Any, str]]:
     origin = f"{run_dir / LAUNCH_FILE}"
     layer: dict[str, tuple[Any, str]] = {}
     for dotted, source in sources.items():
-        section, _, key = str(dotted).rpartition(".")
-        held = spec.get(section, {}) if section else spec
-        if not isinstance(held, Mapping) or key not in held:
+        value = field_value(spec, str(dotted), missing=MISSING)
+        if value is MISSING:
             continue
         if (dotted in _NOT_CARRIED or source in _NOT_CARRIED_SOURCES) and dotted not in FROZEN_FIELDS:
             continue
-        value = held[key]
         if dotted == "env" and isinstance(value, Mapping):
             value = {name: text for name, text in value.items() if text != SECRET_MASK}
         if dotted == "overrides" and isinstance(value, list):

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from islab.libs.registry import LIBRARIES, launcher_of
+from islab.resolve.job import JobIdentity
 from islab.resolve.layers import Provided
 from islab.spec.addresses import join_host_port
 from islab.spec.issues import Issue, SpecError
@@ -93,6 +94,13 @@ class Allocation:
     hosts: tuple[str, ...]
     nodelist_variable: str  # which variable the hosts came from, for messages
     nnodes_variable: str
+    restart_count: int = 0  # SLURM_RESTART_COUNT: how often the job was requeued
+
+    @property
+    def identity(self) -> JobIdentity:
+        """The job: its run directory ``slurm-<id>``, a requeue continuing its own checkpoint."""
+        restart = f"SLURM requeue {self.restart_count}" if self.restart_count > 0 else None
+        return JobIdentity("slurm", f"slurm-{self.job_id}", restart=restart)
 
     @property
     def master_host(self) -> str:
@@ -186,7 +194,9 @@ def allocation_from_environ(environ: Mapping[str, str]) -> Allocation:
                 "islab-train starts a node's ranks itself: use srun --ntasks-per-node=1 (and --nproc/--gpus for "
                 "the ranks per node)",
             ))  # fmt: skip
-    return Allocation(job_id, nnodes, node_rank, hosts, nodelist_variable, nnodes_variable)
+    restarts = environ.get("SLURM_RESTART_COUNT", "").strip()
+    restart_count = int(restarts) if restarts.isdigit() else 0
+    return Allocation(job_id, nnodes, node_rank, hosts, nodelist_variable, nnodes_variable, restart_count)
 
 
 __all__ = [

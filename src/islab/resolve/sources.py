@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from islab.resolve.job import JobIdentity
 from islab.resolve.layers import Layer, Provided, Source, chosen_values
 from islab.spec.issues import Issue, SpecError
 
@@ -95,10 +96,12 @@ LayerBuilder = Callable[[Mapping[str, Any]], Mapping[str, Provided]]
 
 @dataclass(frozen=True)
 class AllocationSource:
-    """An active scheduler allocation: its source and how it builds its layer."""
+    """An active scheduler allocation: its source, how it builds its layer, and which job it is
+    (None: an allocation planned for a job that does not exist yet, as ``sbatch`` plans one)."""
 
     source: Source
     build: LayerBuilder
+    job: JobIdentity | None = None
 
 
 def allocation_layers(allocations: Sequence[AllocationSource], below: Iterable[Layer]) -> tuple[Layer, ...]:

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from islab.rundir import write_figure_atomic
+
 
 def resume_points(records: Sequence[Mapping[str, Any]]) -> list[int]:
     """The first iteration of every later process of the run (a resume or an elastic restart):
@@ -68,13 +70,6 @@ def write_curves(records: Sequence[Mapping[str, Any]], path: Path) -> Path | Non
 
 def save_figure(figure: Any, path: Path) -> Path:
     """Write a matplotlib figure as PNG atomically (temporary file + rename: a reader never sees
-    half an image) and close it."""
-    import matplotlib.pyplot as plt
-
+    half an image: :func:`islab.rundir.write_figure_atomic`) and close it."""
     figure.tight_layout()
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    figure.savefig(tmp, dpi=100)
-    plt.close(figure)
-    tmp.replace(path)
-    return path
+    return write_figure_atomic(figure, path)

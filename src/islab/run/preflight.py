@@ -20,7 +20,6 @@ import os
 import signal
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from islab.doctor.probes import connect_state
@@ -34,7 +33,7 @@ from islab.run.entrypoint import RankLogWriter
 from islab.run.failures import last_exception_line
 from islab.run.processes import watch
 from islab.run.supervise import NODE_RUNNERS
-from islab.rundir import preflight_path, preflight_rank_log, read_preflight
+from islab.rundir import preflight_path, preflight_rank_log, read_lines, read_preflight
 from islab.spec.addresses import split_host_port
 
 REACH_TIMEOUT_S = 1.5  # a TCP connect to node 0's rendezvous, after this node's ranks never started
@@ -68,13 +67,6 @@ def _report_since(run_dir: str, started: float) -> dict[str, Any] | None:
     except OSError:
         return None
     return read_preflight(run_dir)
-
-
-def _read_lines(path: Path) -> list[str]:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return []
 
 
 def run_preflight(plan: LaunchPlan, node_rank: int, timeout_s: int) -> PreflightOutcome:
@@ -120,7 +112,7 @@ def run_preflight(plan: LaunchPlan, node_rank: int, timeout_s: int) -> Preflight
         )
         return PreflightOutcome(0, report, line, seconds)
     mine = range(first_rank, first_rank + nproc)
-    rank_logs = {rank: _read_lines(preflight_rank_log(plan.run_dir, rank)) for rank in mine}
+    rank_logs = {rank: read_lines(preflight_rank_log(plan.run_dir, rank)) for rank in mine}
     exceptions = {rank: text for rank, lines in rank_logs.items() if (text := last_exception_line(lines))}
     launcher_lines = [line for tail in outcome.tails for line in tail]
     reach = None

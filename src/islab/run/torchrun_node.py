@@ -13,7 +13,6 @@ read as the fallback (:func:`find_failures`), then tracebacks in the rank logs.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -38,7 +37,7 @@ from islab.run.failures import (
     rendezvous_message,
 )
 from islab.run.processes import Child, Outcome
-from islab.rundir import logs_dir, rank_log
+from islab.rundir import logs_dir, rank_log, read_json_object
 
 if TYPE_CHECKING:
     from islab.plan.launch_plan import LaunchPlan, NodePlan
@@ -68,17 +67,16 @@ def error_file_failures(log_dir: str | Path) -> list[tuple[int, str]]:
         return []
     found: list[tuple[int, int, str]] = []
     for path in attempts[max(attempts)]:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            local_rank = int(path.parent.name)
-        except (OSError, ValueError):
+        data = read_json_object(path)
+        if data is None or not path.parent.name.isdigit():
             continue
-        message = data.get("message") if isinstance(data, dict) else None
+        local_rank = int(path.parent.name)
+        message = data.get("message")
         if isinstance(message, dict):
             text = str(message.get("message", ""))
             stamp = message.get("extraInfo", {}).get("timestamp", 0)
         else:
-            text, stamp = str(message or ""), data.get("timestamp", 0) if isinstance(data, dict) else 0
+            text, stamp = str(message or ""), data.get("timestamp", 0)
         with contextlib.suppress(ValueError, TypeError):
             found.append((int(stamp), local_rank, text.strip().splitlines()[0] if text.strip() else ""))
     # A rank that only lost its peer (gloo's "Connection closed by peer") is a consequence, never the

@@ -39,6 +39,28 @@ def write_text_atomic(path: Path, text: str) -> Path:
     return path
 
 
+def write_figure_atomic(figure: Any, path: str | Path, dpi: int = 100) -> Path:
+    """Save a matplotlib ``figure`` as PNG through a temporary file and a rename, then close it: a
+    viewer refreshing ``curves.png`` never reads half an image."""
+    import matplotlib.pyplot as plt  # lazy: only the plots need matplotlib
+
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp.png")  # the suffix tells matplotlib the format
+    figure.savefig(tmp, dpi=dpi)
+    plt.close(figure)
+    tmp.replace(path)
+    return path
+
+
+def read_lines(path: Path) -> list[str]:
+    """A text file's lines (a rank's log, a child's output); [] when it cannot be read, undecodable
+    bytes replaced: logs are read while being written, by someone else's process."""
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+
+
 def write_yaml(path: Path, data: Mapping[str, Any]) -> Path:
     import yaml  # lazy: the launcher's fast paths never write YAML
 
@@ -92,12 +114,9 @@ def read_digests(run_dir: str | Path) -> dict[int, str]:
     than the smallest present, and are not counted. Unreadable or foreign files are not either."""
     records = []
     for path in Path(run_dir, DIGESTS_DIR).glob("rank_*.json"):
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
+        record = read_json_object(path)
         fields = (("rank", int), ("policy_sha256", str), ("world_size", int))
-        if isinstance(record, dict) and all(isinstance(record.get(key), kind) for key, kind in fields):
+        if record is not None and all(isinstance(record.get(key), kind) for key, kind in fields):
             records.append(record)
     if not records:
         return {}
@@ -198,11 +217,8 @@ def read_heartbeats(run_dir: str | Path) -> dict[int, dict[str, Any]]:
     """Every readable heartbeat, by rank (a file being replaced or not JSON is skipped)."""
     found: dict[int, dict[str, Any]] = {}
     for path in Path(run_dir, HEARTBEATS_DIR).glob("rank_*.json"):
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
+        record = read_json_object(path)
         fields = ("rank", "pid", "iteration", "done")
-        if isinstance(record, dict) and all(isinstance(record.get(name), int) for name in fields):
+        if record is not None and all(isinstance(record.get(name), int) for name in fields):
             found[record["rank"]] = record
     return found

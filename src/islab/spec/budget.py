@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from islab.libs.registry import LIBRARIES
+from islab.spec.dotted import field_value
 from islab.spec.overrides import AgentConfigError
 
 
@@ -31,9 +32,7 @@ def rollout_length(lib: str, agent_cfg: Mapping[str, Any]) -> int:
         path = LIBRARIES[lib].rollout_key
     except KeyError:
         raise ValueError(f"unknown library {lib!r}") from None
-    node: Any = agent_cfg
-    for part in path:
-        node = node.get(part) if isinstance(node, Mapping) else None
+    node = field_value(agent_cfg, ".".join(path), missing=None)
     if isinstance(node, bool) or not isinstance(node, int) or node < 1:
         raise AgentConfigError(
             ".".join(path),

@@ -27,20 +27,17 @@ Torch-free, like the whole launcher (``--help``, ``--dry-run`` and spec errors m
 from __future__ import annotations
 
 import sys
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
 from pydantic import Field, PrivateAttr, StrictStr, ValidationInfo, field_serializer, field_validator, model_validator
 
 from islab.libs.registry import LIBRARIES, frameworks_of, launcher_of
+from islab.spec import input_rules
 from islab.spec.fields import (
     DEFAULT_TASK,
-    ENV_NAME_PATTERN,
     FALLBACK_NUM_ENVS,
-    MODULE_PATTERN,
-    OVERRIDE_PATTERN,
-    RUN_NAME_PATTERN,
     WORKER_OPTION_FIELDS,
     Count,
     Device,
@@ -55,9 +52,8 @@ from islab.spec.fields import (
     host_port_field,
     node_range_keys,
 )
-from islab.spec.issues import mask_env, rule, suggest
-from islab.spec.launch_rules import JOB_VARIABLES, check_jax, check_torchrun
-from islab.spec.text import unsafe_character
+from islab.spec.issues import mask_env, rule
+from islab.spec.launch_rules import check_jax, check_torchrun
 from islab.spec.worker_args import default_of
 
 # Validation context key: the installed tasks' ids, ``task`` must be one (a spec built in code has none).
@@ -182,59 +178,23 @@ class RunSpec(WorkerOptionFields):  # type: ignore[misc, valid-type]
     @field_validator("task")
     @classmethod
     def _known_task(cls, value: str, info: ValidationInfo) -> str:
-        known: Collection[str] | None = (info.context or {}).get(TASK_IDS)
-        if known is not None and value not in known and value.startswith(ISAAC_LAB_TASK_PREFIXES):
-            raise rule(
-                "task",
-                f"{value!r} is one of Isaac Lab's own tasks, which islab's worker does not train",
-                "Train it with Isaac Lab's trainer: add --isaaclab auto (Isaac Lab 3 installed in the ranks' Python, "
-                "--python; 3.0 dropped the -v0 ids: Isaac-Cartpole-v0 is Isaac-Cartpole there) or --isaaclab DIR "
-                f"(a checkout). islab's worker knows: {', '.join(known)}",
-            )
-        if known is not None and value not in known:
-            hint = suggest(value, list(known))
-            raise rule(
-                "task",
-                f"unknown task {value!r}",
-                f"{hint + ' ' if hint else ''}Known tasks: {', '.join(known)}",
-            )
-        return value
+        return input_rules.known_task(value, (info.context or {}).get(TASK_IDS))
 
     @field_validator("task_module")
     @classmethod
     def _task_module(cls, value: str | None) -> str | None:
-        if value is not None and not MODULE_PATTERN.fullmatch(value):
-            raise rule(
-                "task_module",
-                f"{value!r} is not a module name",
-                "Give a dotted module name such as my_tasks.reach (not a file path), importable from the working "
-                "directory",
-            )
-        return value
+        return input_rules.module_name("task_module", value)
 
     @field_validator("run_name")
     @classmethod
     def _run_name(cls, value: str | None) -> str | None:
-        if value is not None and (not RUN_NAME_PATTERN.fullmatch(value) or value in {".", ".."}):
-            raise rule(
-                "run_name",
-                f"{value!r} may only contain letters, digits, '.', '_' and '-'",
-                "Pick a name like baseline_2gpu (it becomes part of a directory name)",
-            )
-        return value
+        return input_rules.run_name(value)
 
     @field_validator("log_dir", "python", "resume", "isaaclab")
     @classmethod
     def _printable_path(cls, value: str | None, info: Any) -> str | None:
-        if value is None and info.field_name in ("resume", "isaaclab"):
-            return value
-        if not value or unsafe_character(value):
-            raise rule(
-                info.field_name,
-                f"{value!r} is empty or contains a line break or control character",
-                "Give a plain path",
-            )
-        return value
+        optional = info.field_name in ("resume", "isaaclab")
+        return input_rules.printable_path(info.field_name, value, optional=optional)
 
     @field_validator("coordinator_address")
     @classmethod
@@ -244,86 +204,27 @@ class RunSpec(WorkerOptionFields):  # type: ignore[misc, valid-type]
     @field_validator("env", mode="before")
     @classmethod
     def _env_values_as_text(cls, value: Any) -> Any:
-        # YAML turns `NCCL_P2P_DISABLE: 1` into an int; environment values are text anyway.
-        # Booleans are refused: YAML's yes/no/on/off would silently become "True"/"False".
-        if not isinstance(value, Mapping):
-            return value
-        converted: dict[Any, Any] = {}
-        for name, item in value.items():
-            if isinstance(item, bool) or not isinstance(item, str | int | float):
-                raise rule(
-                    f"env.{name}",
-                    f"expected a text value, got {item!r} ({type(item).__name__})",
-                    'Quote it, e.g. NCCL_DEBUG: "INFO" or FLAG: "1"',
-                )
-            if unsafe_character(str(item)):
-                raise rule(
-                    f"env.{name}",
-                    f"{str(item)!r} contains {unsafe_character(str(item))}, a line break or control character",
-                    "Give a one-line value without escape codes",
-                )
-            converted[name] = str(item)
-        return converted
+        return input_rules.env_values_as_text(value)
 
     @field_validator("env", mode="after")
     @classmethod
     def _env_names(cls, value: Mapping[str, str]) -> Mapping[str, str]:
-        for name in value:
-            if not ENV_NAME_PATTERN.fullmatch(name):
-                raise rule(
-                    f"env.{name}",
-                    "is not a valid environment variable name",
-                    "Use letters, digits and '_' only, not starting with a digit",
-                )
-            if name in JOB_VARIABLES:  # the launchers set these per rank: a user value would be overwritten
-                raise rule(
-                    f"env.{name}",
-                    "is set per rank by the launcher and cannot be overridden",
-                    "Remove it from env",
-                )
-        return MappingProxyType(dict(value))
+        return MappingProxyType(input_rules.env_names(value))
 
     @field_validator("overrides", mode="after")
     @classmethod
     def _overrides(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for item in value:
-            if unsafe_character(item):
-                raise rule(
-                    "overrides",
-                    f"{item!r} contains {unsafe_character(item)}, a line break or control character",
-                    "Write each override as one line, dotted.key=value",
-                )
-            if not OVERRIDE_PATTERN.match(item):
-                raise rule(
-                    "overrides",
-                    f"{item!r} is not key=value",
-                    "Write agent-config overrides as dotted.key=value, e.g. algorithm.learning_rate=0.0003",
-                )
-        return value
+        return input_rules.overrides(value)
 
     @field_validator("entrypoint")
     @classmethod
     def _entrypoint(cls, value: Mapping[str, str] | None) -> Mapping[str, str] | None:
-        if value is None:
-            return value
-        kinds = list(value)
-        if len(kinds) != 1 or kinds[0] not in ENTRY_KINDS:
-            raise rule(
-                "entrypoint",
-                f"needs exactly one of {', '.join(ENTRY_KINDS)}, got {', '.join(map(str, kinds)) or 'nothing'}",
-                "Write e.g. entrypoint: {script: train.py} (or --script PATH / --module NAME / --command NAME)",
-            )
-        name = value[kinds[0]]
-        if not isinstance(name, str) or not name.strip() or unsafe_character(name):
-            raise rule(f"entrypoint.{kinds[0]}", f"{name!r} is empty or not one line of text", "Give a path or name")
-        return {kinds[0]: name}
+        return input_rules.entrypoint(value)
 
     @field_validator("args")
     @classmethod
     def _args(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        if any("\0" in arg for arg in value):
-            raise rule("args", "an argument contains a NUL character", "Remove it")
-        return value
+        return input_rules.entry_args(value)
 
     @field_serializer("entrypoint")
     def _entry_as_dict(self, value: Mapping[str, str] | None) -> dict[str, str] | None:
@@ -394,12 +295,7 @@ class RunSpec(WorkerOptionFields):  # type: ignore[misc, valid-type]
 # torchrun's agent options: a dry run lists them only when set (older plans print as before).
 AGENT_OPTION_FIELDS: tuple[str, ...] = ("virtual_local_rank", "monitor_interval_s", "start_method")
 
-# Task ids of Isaac Lab's own task packages (Isaac Lab 3 names contributed tasks IsaacContrib-...).
-ISAAC_LAB_TASK_PREFIXES = ("Isaac-", "IsaacContrib-")
-
-# The kinds of entry point a rank can run instead of our worker (``python PATH``, ``python -m NAME``,
-# an executable: torchrun's ``--no-python``), and the spec fields only our worker understands.
-ENTRY_KINDS: tuple[str, ...] = ("script", "module", "command")
+# The spec fields only our worker understands (an entry point of the user's cannot take them).
 WORKER_ONLY_FIELDS: tuple[str, ...] = (
     "task", "task_module", "num_envs", "max_iterations", "total_env_steps", "overrides", "resume",
     "checkpoint_interval", "hang_timeout_s", "logger", *WORKER_OPTION_FIELDS,
@@ -415,3 +311,11 @@ FIELDS: tuple[str, ...] = (
     *(name for name in INPUT_FIELDS if name != "rendezvous"),
     *(f"rendezvous.{name}" for name in Rendezvous.model_fields),
 )
+
+
+def field_default(dotted: str) -> Any:
+    """The schema's default of a dotted spec field (``rendezvous.id`` -> ``None``): the help's
+    stated defaults and a cluster-file node's unset fields read it here."""
+    section, _, name = dotted.rpartition(".")
+    model = Rendezvous if section == "rendezvous" else RunSpec
+    return model.model_fields[name].get_default(call_default_factory=True)

@@ -30,6 +30,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from islab.spec.dotted import MISSING, field_value
+
 FLOAT_BYTES = 4
 FUSED_EXTRA_FLOATS = 2  # the KL and a loss statistic ride behind the gradients of every update
 FUSED_PER_ITERATION = 2  # at most this many more collectives per iteration (normalizer moments, agreement)
@@ -100,11 +102,9 @@ def label(lib: str, ml_framework: str = "torch") -> str:
 
 
 def _get(cfg: Mapping[str, Any], path: str) -> Any:
-    node: Any = cfg
-    for part in path.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            raise ConfigShapeError(f"the agent config has no {path!r}")
-        node = node[part]
+    node = field_value(cfg, path, missing=MISSING)
+    if node is MISSING:
+        raise ConfigShapeError(f"the agent config has no {path!r}")
     return node
 
 

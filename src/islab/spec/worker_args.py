@@ -31,6 +31,7 @@ from typing import Any
 
 from islab import rundir
 from islab.libs.registry import LIBRARIES, ML_FRAMEWORKS
+from islab.spec.dotted import field_value
 
 
 class Emit(Enum):
@@ -131,6 +132,12 @@ WORKER_ARGS: tuple[WorkerArg, ...] = (
               "Alone it trains to the run's original target; with --max-iterations M, M more iterations "
               "(--total-env-steps N: N more env steps). Only rank 0 reads it.", Path, field="resume",
               emit=Emit.GIVEN, metavar="PATH"),
+    # Which scheduler job this is, and why this start continues it: decided once by the launcher from the
+    # allocation that placed its node (islab.resolve.job), so a rank never reads SLURM_* or a pod's variables.
+    WorkerArg("--scheduler-job", "the scheduler job this run belongs to (slurm-<id>, k8s-<name>): a restart of "
+              "the job continues only a checkpoint the job wrote", emit=Emit.GIVEN, metavar="JOB"),
+    WorkerArg("--job-restart", "why this start continues the scheduler job's own checkpoint (a SLURM requeue, "
+              "a Kubernetes pod started again)", emit=Emit.GIVEN, metavar="REASON"),
     WorkerArg("overrides", "agent-config overrides", default=(), field="overrides", metavar="key=value"),
 )  # fmt: skip
 BY_NAME: Mapping[str, WorkerArg] = {arg.name: arg for arg in WORKER_ARGS}
@@ -168,10 +175,7 @@ def values_from(fields: Mapping[str, Any], **supplied: Any) -> dict[str, Any]:
         if arg.field is None:
             values[arg.name] = supplied[arg.name]
             continue
-        value: Any = fields
-        for part in arg.field.split("."):
-            value = value[part]
-        values[arg.name] = value
+        values[arg.name] = field_value(fields, arg.field)
     return values
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from islab.doctor.probes import visible_gpu_count
 from islab.plan.plan import RUN_DIR_TIME_FORMAT
 from islab.resolve.resolve import install_extra_hint
-from islab.rundir import claim_new_dir, write_json
+from islab.rundir import claim_new_dir, read_json_object, write_json
 from islab.spec.issues import Issue, SpecError
 from islab.sweep import dry_run
 from islab.sweep.load import LoadedSweep, fit_issues, load_sweep, parse_sweep
@@ -131,16 +131,15 @@ def _prepare(
         )
     if resume is not None:
         state_path = resume / STATE_FILE
-        try:
-            state = json.loads(state_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        state = read_json_object(state_path)
+        if state is None:
             raise SpecError(
                 Issue(
                     "--resume",
                     f"{resume} is not a sweep directory (no readable {STATE_FILE})",
                     "Give the directory a sweep printed at its start (logs/sweeps/<name>/<time>)",
                 )
-            ) from None
+            )
         loaded = load_sweep(
             resume / SWEEP_COPY, name=state["name"], cluster_file=state["cluster_file"], workdir=state["cwd"]
         )

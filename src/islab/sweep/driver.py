@@ -155,7 +155,7 @@ def _fit(
     )
     storage = Path(plan.sweep_dir, TUNE_DIR).absolute()
     attempt = len(list(storage.glob("tune-*"))) if storage.exists() else 0
-    search_alg, param_space, num_samples = _search(loaded, todo, records, plan.sweep_dir, attempt)
+    search_alg, param_space, num_samples = search_algorithm(loaded, todo, records, plan.sweep_dir, attempt)
     if num_samples == 0:  # a resumed Optuna sweep whose configurations have all ended
         return False
     recorder = _recorder(plan.sweep_dir, board, context.trial_for)
@@ -248,7 +248,7 @@ def optuna_history(
     return history
 
 
-def _search(
+def search_algorithm(
     loaded: LoadedSweep, todo: list[Trial], records: Mapping[str, Any], sweep_dir: str, attempt: int
 ) -> tuple[Any, dict[str, Any], int]:
     """(search algorithm, param space, num_samples) for Tune."""

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from islab.rundir import write_json, write_text_atomic
+from islab.rundir import read_json_object, write_json, write_text_atomic
 from islab.spec.text import escape
 from islab.sweep.trials import TRIALS_DIR, Trial, config_label
 
@@ -49,21 +49,16 @@ def read_records(sweep_dir: str | Path, name: str = TRIAL_RECORD) -> dict[str, d
     that started, ended or not)."""
     records = {}
     for path in sorted(Path(sweep_dir, TRIALS_DIR).glob(f"*/{name}")):
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        records[record["id"]] = record
+        record = read_json_object(path)
+        if record is not None and isinstance(record.get("id"), str):
+            records[record["id"]] = record
     return records
 
 
 def kept_record(sweep_dir: str | Path, trial_id: str) -> dict[str, Any] | None:
     """The trial's record when it ended (finished or failed) in an earlier attempt, else None."""
-    try:
-        record = json.loads(record_path(sweep_dir, trial_id).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return record if record.get("status") in TERMINAL_STATUSES else None
+    record = read_json_object(record_path(sweep_dir, trial_id))
+    return record if record is not None and record.get("status") in TERMINAL_STATUSES else None
 
 
 def write_trial_config(trial: Trial) -> Path:

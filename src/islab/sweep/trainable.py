@@ -83,16 +83,18 @@ class IslabTrial(tune.Trainable):
     def setup(self, config: dict[str, Any], context: SweepContext) -> None:  # type: ignore[override]
         self.context = context
         self.node = ray.util.get_node_ip_address()
-        self._begin(config)
+        self.begin(config)
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
         """Tune reuses this actor for the next trial (``reuse_actors``): no new Ray worker process to
         start and import Tune. A trial a scheduler stopped early still runs here: stop it first."""
         self.cleanup()
-        self._begin(new_config)
+        self.begin(new_config)
         return True
 
-    def _begin(self, config: Mapping[str, Any]) -> None:
+    def begin(self, config: Mapping[str, Any]) -> None:
+        """Start one trial in this actor: setup and reset_config call it (public: a test drives it
+        without a Ray actor around it)."""
         context = self.context
         self.trial = context.trial_for(config)
         self.window = MetricWindow(context.metric, context.over_last)

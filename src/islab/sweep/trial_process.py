@@ -29,7 +29,15 @@ from islab.run.entrypoint import events_reader
 from islab.run.event_owners import JobEventFiles
 from islab.run.failures import last_exception_line
 from islab.run.process_tree import process_tree
-from islab.rundir import LAUNCH_FILE, ProgressReader, latest_checkpoint, progress_path, rank_log, read_summary
+from islab.rundir import (
+    LAUNCH_FILE,
+    ProgressReader,
+    latest_checkpoint,
+    progress_path,
+    rank_log,
+    read_lines,
+    read_summary,
+)
 from islab.spec.stopping import PREEMPT_GRACE_S
 from islab.sweep.trials import CLI_MODULE
 
@@ -205,12 +213,12 @@ class TrialProcess:
 
     def first_error_line(self) -> str | None:
         """What went wrong, in one line: islab-train's ``error:`` line, else rank 0's last exception."""
-        lines = _read_lines(self.output_log)
+        lines = read_lines(self.output_log)
         for line in lines:
             if line.startswith("error:"):
                 return line.strip()
         if self.run_dir is not None:
-            exception = last_exception_line(_read_lines(rank_log(self.run_dir, 0)))
+            exception = last_exception_line(read_lines(rank_log(self.run_dir, 0)))
             if exception:
                 return exception
         exception = last_exception_line(lines)
@@ -258,10 +266,3 @@ def _group_alive(pgid: int) -> bool:
     except (ProcessLookupError, PermissionError):
         return False
     return True
-
-
-def _read_lines(path: Path) -> list[str]:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return []

@@ -11,7 +11,7 @@ How the configurations are chosen depends on the searcher:
 
 Draws come from ``random.Random(search_seed)``: the same SWEEP.yaml gives the same plan, which is
 what lets ``--resume`` find its trials again. A trial's command is ``islab-train`` with the base
-run's fields as options (:data:`islab.cli.options.OPTIONS` names the flag of each field), the
+run's fields as options (written by :func:`islab.cli.options.field_argv`, one writer for all), the
 seed, the trial's log directory and the overrides as KEY=VALUE; the base run's ``env`` becomes
 the process environment. So ``best.command`` in sweep.json is a line a user can paste.
 """
@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from islab.cli.options import OPTIONS
+from islab.cli.options import field_argv
 from islab.plan.dry_run import shell_line
 from islab.sweep.schema import Distribution, SweepSpec
 
@@ -155,20 +155,8 @@ def override_text(key: str, value: Any) -> str:
 
 def run_options(run: Mapping[str, Any], cluster_file: str | None) -> list[str]:
     """The base run's fields as islab-train options (``--lib rsl_rl --num-envs 64 ...``)."""
-    flags = {option.field: option for option in OPTIONS if option.field and option.field != "entrypoint"}
     args = ["--cluster", cluster_file] if cluster_file else []
-    for key, value in flatten_run(run).items():
-        if key in ("env", "args", "overrides", "cluster"):
-            continue
-        if key.startswith("entrypoint."):
-            args += [f"--{key.split('.', 1)[1]}", str(value)]
-            continue
-        option = flags[key]
-        if option.is_flag:
-            args += [option.flag.split("/")[0]] if value else []
-        else:
-            args += [option.flag, str(value)]
-    return args
+    return args + field_argv({key: value for key, value in flatten_run(run).items() if key != "cluster"})
 
 
 def flatten_run(run: Mapping[str, Any]) -> dict[str, Any]:

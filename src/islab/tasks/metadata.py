@@ -26,6 +26,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from islab.rundir.records import read_json_object
+
 CACHE_FORMAT = 1  # bump when the probe's output changes shape
 PROBE_MODULE = "islab.tasks.probe"
 PROBE_TIMEOUT_S = 900  # mjlab imports every task config it ships; Warp may compile on a cold machine
@@ -88,11 +90,8 @@ def cache_file(package: str, source: Path) -> Path:
 
 def read_cached(path: Path, stamp: Mapping[str, Any], expected: Iterable[str] | None) -> dict[str, Any] | None:
     """The cached description at ``path`` if its fingerprint still holds, else None."""
-    try:
-        entry = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(entry, dict) or entry.get("versions") != dict(stamp):
+    entry = read_json_object(path)
+    if entry is None or entry.get("versions") != dict(stamp):
         return None
     files = entry.get("files") or {}
     if _stat(files) != files:

@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from islab.worker.collectives import collective_for
     from islab.worker.context import RankContext, configure_process, init_process_group
     from islab.worker.preemption import Preempted, StopRequest
-    from islab.worker.resume import find_resume_point, last_reported_iteration
+    from islab.worker.resume import RESUME, find_resume_point, last_reported_iteration
 
     ctx = RankContext.from_environ(args.device, args.seed)
     run_dir: Path = args.run_dir
@@ -184,12 +184,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         start_iteration=start_iteration,
         target_iteration=point.target_iteration,
         job_id=os.environ.get("TORCHELASTIC_RUN_ID"),
-        slurm_job_id=os.environ.get("SLURM_JOB_ID"),  # a requeued job resumes only its own checkpoints
+        scheduler_job=args.scheduler_job,  # a requeued job resumes only its own checkpoints
     )
     resumed: dict[str, Any] | None = None
     # --resume of a run already at its target: nothing to train, and the run's records stay as they
     # are (the launcher stops such a launch itself when it can tell from summary.json).
-    keep_records = point.reason == "resume" and start_iteration >= point.target_iteration
+    keep_records = point.reason == RESUME and start_iteration >= point.target_iteration
     if ctx.is_main and not keep_records:
         rundir.write_run_spec(run_dir, spec, agent_cfg)
 
@@ -203,7 +203,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "policy_sha256_saved": point.checkpoint["policy_sha256"],
             "policy_sha256_loaded": digest,
         }
-        if ctx.is_main and point.reason.startswith(("elastic", "SLURM", "Kubernetes")):
+        if ctx.is_main and point.is_restart:
             reported = last_reported_iteration(rundir.progress_path(run_dir))
             resumed["lost_iterations"] = None if reported is None else max(0, reported - start_iteration)
         lost = resumed.get("lost_iterations")
