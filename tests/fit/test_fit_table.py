@@ -109,3 +109,21 @@ def test_num_envs_auto_with_an_entry_point_is_refused(capsys, tmp_path):
     (tmp_path / "train.py").write_text("")
     assert cli.run(["--device", "cpu", "--num-envs", "auto", "--script", str(tmp_path / "train.py"), "--dry-run"]) == 2
     assert "error: --num-envs auto: is measured with islab's own worker" in capsys.readouterr().err
+
+
+def test_a_fit_under_another_memory_budget_is_not_what_num_envs_auto_reads(capsys, monkeypatch, tmp_path):
+    """`fit --memory-limit` (room left for another job) or `--memory-fraction` chose for that budget:
+    a launch's --num-envs auto (the defaults' budget) must not reuse it; fit with the defaults is reused."""
+    from islab.fit import cache
+    from islab.spec.run_spec import RunSpec
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    spec = RunSpec(lib="rsl_rl", device="cpu", task="Islab-Cartpole-v0")
+    cache.store(spec, 128, 10**9, given_memory_limit=10**9)
+    cache.store(spec, 256, 10**9, memory_fraction=0.5)
+    assert cache.lookup(spec) is None
+    cache.store(spec, 512, 10**9)
+    assert cache.lookup(spec)[0] == 512
+    argv = ["--lib", "rsl_rl", "--device", "cpu", "--task", "Islab-Cartpole-v0", "--num-envs", "auto", "--dry-run"]
+    assert cli.run(argv) == 0
+    assert "num_envs               = 512  (source: fit, cached " in capsys.readouterr().out

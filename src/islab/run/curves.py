@@ -64,7 +64,14 @@ def write_curves(records: Sequence[Mapping[str, Any]], path: Path) -> Path | Non
         top.legend(loc="lower right")
     figure.suptitle(Path(path).parent.name)
     figure.tight_layout()
-    path = Path(path)
+    return save_figure(figure, Path(path))
+
+
+def save_figure(figure: Any, path: Path) -> Path:
+    """Write a matplotlib figure as a PNG atomically (a temporary file beside it, then a rename:
+    a reader never sees half an image) and close it."""
+    import matplotlib.pyplot as plt
+
     tmp = path.with_name(f".{path.name}.tmp.png")
     figure.savefig(tmp, dpi=100)
     plt.close(figure)

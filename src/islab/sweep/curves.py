@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from islab.run.curves import save_figure
 from islab.sweep.trials import config_label
 
 
@@ -56,8 +57,4 @@ def write_sweep_curves(result: Mapping[str, Any], path: Path, *, metric: str) ->
     axes.legend(loc="best", fontsize="small")
     figure.suptitle(Path(path).parent.name)
     figure.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    figure.savefig(tmp, dpi=100)
-    plt.close(figure)
-    tmp.replace(path)
-    return path
+    return save_figure(figure, path)
