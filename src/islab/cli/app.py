@@ -79,7 +79,7 @@ NO_CHECK_OPTIONS = PreflightOptions()  # the defaults: pre-flight on, 60 s
 GPUS_ALL_ASSUMED = "no CUDA device is visible here, so this plan assumes 1 GPU per node"
 
 # The subcommands beside the training command (islab.cli.commands registers each; --help lists them).
-SUBCOMMANDS = ("doctor", "sbatch", "k8s", "tasks", "play", "export", "sweep", "fit")
+SUBCOMMANDS = ("doctor", "sbatch", "k8s", "tasks", "play", "export", "sweep", "fit", "scale")
 
 EPILOG = f"""\
 [bold]Examples[/bold]
