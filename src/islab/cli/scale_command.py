@@ -2,7 +2,7 @@
 node (N: ``--nproc`` / ``--gpus``) for a few iterations each through the launch path itself
 (:func:`islab.cli.app.plan_for` + :func:`islab.run.supervise.run_plan`), the pre-flight probing
 the N-rank job's collectives first; the table, the limit, the prediction and ``scale.png`` come from
-:mod:`islab.scale` (docs/SCALING_REPORT.md).
+:mod:`islab.scale` (docs/SCALE.md).
 
 Output: ``<log_dir>/<lib>/<task>/scale_<time>/`` with one run directory per rank count
 (``ranks_<n>/``), ``scale.md`` (the table and the lines printed), ``scale.json`` and ``scale.png``.

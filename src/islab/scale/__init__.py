@@ -1,5 +1,5 @@
 """``islab-train scale``: the same job at 1, 2, ..., N ranks on this node, a few iterations each, to
-show how it scales and what limits it (docs/SCALING_REPORT.md).
+show how it scales and what limits it (docs/SCALE.md).
 
 Launcher side and torch-free: every run goes through the launch path (plan + supervise), the
 numbers come from the files the worker writes (``progress.jsonl``) and the pre-flight's
