@@ -26,6 +26,9 @@ import typer
 from islab.cli.app import fail, plan_for, resolve
 from islab.cli.launch_checks import PreflightOptions, preflight_options, run_collective_check, sync_work_of
 from islab.cli.options import keyword, signature
+from islab.doctor.probes import visible_gpu_count
+from islab.plan.launch_issues import launch_issues
+from islab.resolve.layers import Source
 from islab.run.supervise import ConsoleOptions, run_plan
 from islab.rundir import claim_new_dir, read_progress, write_text_atomic
 from islab.scale.plot import write_scale_plot
@@ -123,6 +126,13 @@ def scale_command(ctx: typer.Context, **options: Any) -> None:
         checks = preflight_options(options)
     except SpecError as exc:
         fail(exc)
+    # what a launch refuses on this node (platform, GPUs for the ranks, CUDA_VISIBLE_DEVICES twice)
+    visible_gpus = visible_gpu_count({**os.environ, **spec.env}) if spec.device == "cuda" else 0
+    defaulted = resolved.sources.get("device", Source.DEFAULT) == Source.DEFAULT
+    refused = launch_issues(spec, platform=sys.platform, visible_gpus=visible_gpus, environ=os.environ,
+                            device_defaulted=defaulted)  # fmt: skip
+    if refused:
+        fail(SpecError(refused))
     iterations, warmup, most = options["iterations"], options["warmup"], spec.nproc_per_node
     out = sys.stderr if options["json_output"] else sys.stdout
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
