@@ -127,3 +127,18 @@ def test_a_fit_under_another_memory_budget_is_not_what_num_envs_auto_reads(capsy
     argv = ["--lib", "rsl_rl", "--device", "cpu", "--task", "Islab-Cartpole-v0", "--num-envs", "auto", "--dry-run"]
     assert cli.run(argv) == 0
     assert "num_envs               = 512  (source: fit, cached " in capsys.readouterr().out
+
+
+def test_num_envs_auto_in_a_cluster_file_uses_the_cached_value_and_a_command_line_number_wins(capsys, monkeypatch,
+                                                                                              tmp_path):  # fmt: skip
+    from islab.fit import cache
+    from islab.spec.run_spec import RunSpec
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cache.store(RunSpec(lib="rsl_rl", device="cpu", task="Islab-Cartpole-v0"), 256, 10**9)
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("lib: rsl_rl\ndevice: cpu\ntask: Islab-Cartpole-v0\nnum_envs: auto\n")
+    assert cli.run(["--cluster", str(cluster), "--dry-run"]) == 0
+    assert "num_envs               = 256  (source: fit, cached " in capsys.readouterr().out
+    assert cli.run(["--cluster", str(cluster), "--num-envs", "64", "--dry-run"]) == 0
+    assert "num_envs               = 64  (source: cli" in capsys.readouterr().out

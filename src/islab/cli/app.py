@@ -134,7 +134,9 @@ app = typer_app(add_completion=True)
 def train(ctx: typer.Context, **options: Any) -> None:
     warnings: list[str] = []  # what a dry run planned without checking it on this machine
     resolved = resolve(ctx, options, dry_run_warnings=warnings if options["dry_run"] else None)
-    if NUM_ENVS_AUTO:  # --num-envs auto: fit's recommendation, cached or measured now (islab.fit.auto)
+    if (
+        NUM_ENVS_AUTO or resolved.num_envs_auto
+    ):  # --num-envs auto / num_envs: auto: fit's recommendation (islab.fit.auto)
         resolved = checked(lambda: apply_auto(resolved, dry_run=options["dry_run"], warnings=warnings))
     if options["json_output"] and not options["dry_run"]:
         fail(SpecError(Issue("--json", "only works together with --dry-run", "Add --dry-run")))

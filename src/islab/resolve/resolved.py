@@ -24,6 +24,7 @@ class ResolvedSpec:
     sources: Mapping[str, Source] = field(default_factory=dict)
     origins: Mapping[str, str] = field(default_factory=dict)
     cluster_file: str | None = None
+    num_envs_auto: bool = False  # the cluster file said num_envs: auto (applied after resolution: islab.fit.auto)
 
     def explain(self) -> list[tuple[str, Any, Source]]:
         """(field, value, source) for every field, in schema order; secrets masked."""
