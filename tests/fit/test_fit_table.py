@@ -142,3 +142,28 @@ def test_num_envs_auto_in_a_cluster_file_uses_the_cached_value_and_a_command_lin
     assert "num_envs               = 256  (source: fit, cached " in capsys.readouterr().out
     assert cli.run(["--cluster", str(cluster), "--num-envs", "64", "--dry-run"]) == 0
     assert "num_envs               = 64  (source: cli" in capsys.readouterr().out
+
+
+def test_packed_sweep_trials_are_checked_against_what_fit_measured(monkeypatch, tmp_path):
+    """trials_per_gpu: the trials' measured peaks together within fit's fraction of the GPU."""
+    from islab.fit import cache
+    from islab.fit.table import peak_at
+    from islab.spec.run_spec import RunSpec
+    from islab.sweep.load import packing_issue
+
+    rows = [row(1024, 10 * 1024, 5e4), row(2048, 18 * 1024, 9e4), row(4096, 34 * 1024, 1.6e5)]  # MiB
+    assert peak_at(rows, 2048) == 18 * 2**30
+    assert peak_at(rows, 3072) == 26 * 2**30  # between two measured sizes: linear
+    assert peak_at(rows, 8192) == 66 * 2**30  # beyond: the last two sizes' slope
+    gpu = 70 * 2**30
+    assert packing_issue(4096, 2, (rows, gpu)) is not None  # 2 x 34 GiB > 0.85 x 70 GiB
+    issue = packing_issue(4096, 2, (rows, gpu))
+    assert issue.field == "trials_per_gpu" and "Use trials_per_gpu: 1" in issue.fix
+    assert packing_issue(2048, 3, (rows, gpu)) is None  # 3 x 18 GiB = 54 GiB fits in 59.5
+    assert packing_issue(4096, 1, (rows, gpu)) is None and packing_issue(4096, 2, None) is None
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    spec = RunSpec(lib="rsl_rl", device="cpu", task="Islab-Cartpole-v0")
+    assert cache.measured(spec) is None
+    cache.store(spec, 4096, gpu, rows=rows)
+    assert cache.measured(spec) == (rows, gpu)

@@ -14,6 +14,7 @@ import torch).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -21,12 +22,13 @@ import platform
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from islab.fit.memory import cpu_rank_memory_bytes
-from islab.fit.table import DEFAULT_MEMORY_FRACTION
+from islab.fit.table import DEFAULT_MEMORY_FRACTION, FitRow
 from islab.libs.registry import LIBRARIES
 from islab.rundir.records import read_json_object, write_text_atomic
 from islab.spec.run_spec import RunSpec
@@ -102,6 +104,7 @@ def entry_path(key: dict[str, Any]) -> Path:
 def store(
     spec: RunSpec, num_envs: int, memory_limit_bytes: int, device_name: str = "", *,
     given_memory_limit: int | None = None, memory_fraction: float = DEFAULT_MEMORY_FRACTION,
+    rows: Sequence[FitRow] = (),
 ) -> Path:  # fmt: skip
     """Keep fit's recommendation; ``memory_limit_bytes`` is the budget it measured against,
     ``given_memory_limit`` / ``memory_fraction`` the options that chose it (part of the key)."""
@@ -109,9 +112,23 @@ def store(
     path = entry_path(key)
     path.parent.mkdir(parents=True, exist_ok=True)
     entry = {"num_envs": num_envs, "memory_limit_bytes": memory_limit_bytes, "device_name": device_name,
-             "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "key": key}  # fmt: skip
+             "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "key": key,
+             "rows": [dataclasses.asdict(row) for row in rows]}  # fmt: skip
     write_text_atomic(path, json.dumps(entry, indent=2))
     return path
+
+
+def measured(spec: RunSpec) -> tuple[list[FitRow], int] | None:
+    """The rows ``fit`` measured for this job shape (with its defaults' budget) and the device's
+    memory it measured against; None when nothing is cached (or an entry without rows)."""
+    entry = read_json_object(entry_path(key_of(spec)))
+    if entry is None or not entry.get("rows") or not isinstance(entry.get("memory_limit_bytes"), int):
+        return None
+    try:
+        rows = [FitRow(**row) for row in entry["rows"]]
+    except TypeError:  # an entry of another version
+        return None
+    return rows, entry["memory_limit_bytes"]
 
 
 def lookup(spec: RunSpec) -> tuple[int, Path, str] | None:
