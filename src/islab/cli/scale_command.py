@@ -110,12 +110,16 @@ def run_at(resolved: Any, ranks: int, iterations: int, run_dir: Path, checks: Pr
 
 
 def preflight_at(resolved: Any, ranks: int, run_dir: Path, checks: PreflightOptions) -> dict[str, Any] | None:
-    """The pre-flight of the job at ``ranks`` ranks (its all-reduce timings), or None when it failed."""
+    """The pre-flight of the job at ``ranks`` ranks: its report (the all-reduce timings). A failed one
+    (its message already printed: ranks on one GPU, a broken network) ends the command as it ends a
+    launch."""
     spec = resolved.spec.model_copy(update={"nproc_per_node": ranks, "run_name": None})
     plan = plan_for(dataclasses.replace(resolved, spec=spec), checks, run_dir=str(run_dir))
     run_dir.mkdir(parents=True, exist_ok=True)
     outcome = run_collective_check(spec, plan, 0, checks.timeout_s)
-    return outcome.report if outcome.ok else None
+    if not outcome.ok:
+        raise typer.Exit(outcome.status)
+    return outcome.report
 
 
 def scale_command(ctx: typer.Context, **options: Any) -> None:
