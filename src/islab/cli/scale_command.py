@@ -18,6 +18,7 @@ import io
 import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -44,6 +45,7 @@ from islab.scale.table import (
     to_json,
 )
 from islab.spec.issues import Issue, SpecError
+from islab.sweep.trials import THREADS_VARIABLE
 
 PANEL_SCALE = "Scale"
 DEFAULT_ITERATIONS = 3
@@ -96,11 +98,27 @@ def check_options(spec: Any, options: dict[str, Any]) -> None:
         raise SpecError(issues)
 
 
+def pinned_threads(spec: Any, environ: Mapping[str, str]) -> dict[str, str]:
+    """The spec's env with CPU ranks' threads pinned to what one rank of the N-rank job gets (cores // N):
+    weak scaling compares n ranks with n x one rank *of that job*, and one rank alone would otherwise
+    take every core (cores // 1 threads). A thread count the user set stands."""
+    if spec.device != "cpu" or THREADS_VARIABLE in spec.env or THREADS_VARIABLE in environ:
+        return dict(spec.env)
+    threads = max(1, (os.cpu_count() or 1) // spec.nproc_per_node)
+    return {**spec.env, THREADS_VARIABLE: str(threads), "OMP_NUM_THREADS": str(threads)}
+
+
 def run_at(resolved: Any, ranks: int, iterations: int, run_dir: Path, checks: PreflightOptions) -> tuple[int, str]:
     """The job at ``ranks`` ranks for ``iterations`` iterations in ``run_dir``: its exit status and
     what the launcher printed (kept for a failure)."""
     spec = resolved.spec.model_copy(
-        update={"nproc_per_node": ranks, "max_iterations": iterations, "total_env_steps": None, "run_name": None}
+        update={
+            "nproc_per_node": ranks,
+            "max_iterations": iterations,
+            "total_env_steps": None,
+            "run_name": None,
+            "env": pinned_threads(resolved.spec, os.environ),
+        }
     )
     plan = plan_for(dataclasses.replace(resolved, spec=spec), checks, run_dir=str(run_dir))
     run_dir.mkdir(parents=True, exist_ok=True)
