@@ -10,7 +10,7 @@ Markdown report with every command, its exit status, its wall time and the figur
   4. training    every library path (rsl_rl, rl_games, skrl-torch, skrl-JAX) for a few iterations on
                  1 GPU and on all GPUs; figures from each run's summary.json
   5. policy      play of a GPU-trained checkpoint on the GPU and on the CPU, and export
-  6. scale       ``islab-train scale`` at 1..N ranks: efficiency, the all-reduce, the limit line
+  6. scale       (GPUs) ``islab-train scale`` at 1..N GPUs: efficiency, NCCL's all-reduce, the limit line
   7. placement   (2+ GPUs) two ranks of a script on GPU 0 named within seconds with the fix; with the
                  fix, each rank's GPU memory and utilisation (NVML) in the summary
   8. host syncs  the host syncs per env step of our code, under ``torch.cuda.set_sync_debug_mode``
@@ -231,10 +231,12 @@ def plan_steps(args: argparse.Namespace, gpus: int, has_collectives: bool) -> li
     if args.device == "cpu":  # the CPU rehearsal of the check: one size, one iteration (the range takes minutes)
         fit += ["--max-num-envs", str(args.num_envs), "--iterations", "1"]
     steps.append(Step("fit", "num_envs on one device", fit, json_figures("recommended", "knee", "memory_limit_bytes")))
-    # islab-train scale: the job at 1..N ranks, the pre-flight's all-reduce (NCCL here), the limit line
-    scale = [*islab, "scale", *LIBRARY_PATHS[args.libs[0]], "--task", args.task, *placement(args, every),
-             "--num-envs", str(args.num_envs), "--iterations", str(max(2, args.iterations)), "--json"]  # fmt: skip
-    steps.append(Step("scale", f"1..{every} ranks", scale, json_figures("rows", "limit", "prediction", "all_reduce")))
+    if args.device == "cuda":  # on CPU ranks tests/scale runs it (~50 s: not repeated in the rehearsal)
+        # islab-train scale: the job at 1..N GPUs, the pre-flight's all-reduce (NCCL), the limit line
+        scale = [*islab, "scale", *LIBRARY_PATHS[args.libs[0]], "--task", args.task, *placement(args, every),
+                 "--num-envs", str(args.num_envs), "--iterations", str(max(2, args.iterations)), "--json"]  # fmt: skip
+        scaled = json_figures("rows", "limit", "prediction", "all_reduce")
+        steps.append(Step("scale", f"1..{every} ranks", scale, scaled))
     if args.device == "cuda" and gpus >= 2:
         steps += placement_steps(islab)
     syncs = [args.python, "-m", "islab.worker.host_syncs", "--device", args.device, "--json"]

@@ -143,6 +143,6 @@ def test_a_cpu_run_of_the_whole_check_writes_a_passing_report(tmp_path):
     assert "verdict: **PASS**" in report
     for row in ("| training | rsl_rl on 1 rank(s) | pass", "| training | rsl_rl on 2 rank(s) | pass",
                 "| policy | play on cpu | pass", "| policy | export | pass", "| host syncs | per iteration | pass",
-                "| doctor | doctor | pass", "| scale | 1..2 ranks | pass"):  # fmt: skip
+                "| doctor | doctor | pass"):  # fmt: skip
         assert row in report
     assert "world_size=2" in report and "env_steps_per_s=" in report
