@@ -109,15 +109,7 @@ def measure(resolved: ResolvedSpec) -> tuple[int, str]:
     chosen = recommend(result.rows, result.memory_limit_bytes, result.memory_fraction)
     if chosen.num_envs is None:
         raise SpecError(Issue("--num-envs auto", chosen.reason, "Give --num-envs N"))
-    path = cache.store(
-        spec,
-        chosen.num_envs,
-        result.memory_limit_bytes,
-        result.device_name,
-        given_memory_limit=settings.memory_limit_bytes,
-        memory_fraction=settings.memory_fraction,
-        rows=result.rows,
-    )
+    path = cache.store_result(spec, chosen.num_envs, result, settings)
     print(f"islab-train: --num-envs auto: {chosen.num_envs} ({chosen.reason}; {result.seconds:.0f} s)",
           file=sys.stderr, flush=True)  # fmt: skip
     return chosen.num_envs, f"measured now, cached in {path}"

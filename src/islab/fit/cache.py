@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from islab.fit.memory import cpu_rank_memory_bytes
+from islab.fit.search import FitResult, FitSettings
 from islab.fit.table import DEFAULT_MEMORY_FRACTION, FitRow
 from islab.libs.registry import LIBRARIES
 from islab.rundir.records import read_json_object, write_text_atomic
@@ -116,6 +117,12 @@ def store(
              "rows": [dataclasses.asdict(row) for row in rows]}  # fmt: skip
     write_text_atomic(path, json.dumps(entry, indent=2))
     return path
+
+
+def store_result(spec: RunSpec, num_envs: int, result: FitResult, settings: FitSettings) -> Path:
+    """Keep a finished fit's recommendation, under the key of the settings that chose it."""
+    return store(spec, num_envs, result.memory_limit_bytes, result.device_name, rows=result.rows,
+                 given_memory_limit=settings.memory_limit_bytes, memory_fraction=settings.memory_fraction)  # fmt: skip
 
 
 def measured(spec: RunSpec) -> tuple[list[FitRow], int] | None:
