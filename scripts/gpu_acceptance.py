@@ -10,8 +10,11 @@ Markdown report with every command, its exit status, its wall time and the figur
   4. training    every library path (rsl_rl, rl_games, skrl-torch, skrl-JAX) for a few iterations on
                  1 GPU and on all GPUs; figures from each run's summary.json
   5. policy      play of a GPU-trained checkpoint on the GPU and on the CPU, and export
-  6. host syncs  the host syncs per env step of our code, under ``torch.cuda.set_sync_debug_mode``
-  7. bench       ``scripts/bench.py --device cuda --sections env train``
+  6. scale       (GPUs) ``islab-train scale`` at 1..N GPUs: efficiency, NCCL's all-reduce, the limit line
+  7. placement   (2+ GPUs) two ranks of a script on GPU 0 named within seconds with the fix; with the
+                 fix, each rank's GPU memory and utilisation (NVML) in the summary
+  8. host syncs  the host syncs per env step of our code, under ``torch.cuda.set_sync_debug_mode``
+  9. bench       ``scripts/bench.py --device cuda --sections env train``
 
 A step that fails does not stop the later ones (the report should show everything at once); the
 exit status is 0 when every step passed, 1 when any failed, 2 for bad arguments (or no GPU).
@@ -69,6 +72,8 @@ class Step:
     figures: Callable[[str], dict[str, object]] = lambda output: {}
     env: dict[str, str] = field(default_factory=dict)
     timeout_s: float = 1800.0
+    expect_status: int = 0  # a check that islab-train refuses something exits 1
+    reads_stderr: bool = False  # its figures come from stderr too (an error line)
 
 
 @dataclass
@@ -81,7 +86,7 @@ class Result:
 
     @property
     def passed(self) -> bool:
-        return self.status == 0 and not self.figures.get("problem")
+        return self.status == self.step.expect_status and not self.figures.get("problem")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -226,6 +231,14 @@ def plan_steps(args: argparse.Namespace, gpus: int, has_collectives: bool) -> li
     if args.device == "cpu":  # the CPU rehearsal of the check: one size, one iteration (the range takes minutes)
         fit += ["--max-num-envs", str(args.num_envs), "--iterations", "1"]
     steps.append(Step("fit", "num_envs on one device", fit, json_figures("recommended", "knee", "memory_limit_bytes")))
+    if args.device == "cuda":  # on CPU ranks tests/scale runs it (~50 s: not repeated in the rehearsal)
+        # islab-train scale: the job at 1..N GPUs, the pre-flight's all-reduce (NCCL), the limit line
+        scale = [*islab, "scale", *LIBRARY_PATHS[args.libs[0]], "--task", args.task, *placement(args, every),
+                 "--num-envs", str(args.num_envs), "--iterations", str(max(2, args.iterations)), "--json"]  # fmt: skip
+        scaled = json_figures("rows", "limit", "prediction", "all_reduce")
+        steps.append(Step("scale", f"1..{every} ranks", scale, scaled))
+    if args.device == "cuda" and gpus >= 2:
+        steps += placement_steps(islab)
     syncs = [args.python, "-m", "islab.worker.host_syncs", "--device", args.device, "--json"]
     syncs += [item for lib in args.libs for item in ("--lib", lib)]
     steps.append(Step("host syncs", "per iteration", syncs, host_sync_figures))
@@ -235,6 +248,30 @@ def plan_steps(args: argparse.Namespace, gpus: int, has_collectives: bool) -> li
                  "--sections", "env", "train", "--out", f"{bench_out}.md", "--json", f"{bench_out}.json"]  # fmt: skip
         steps.append(Step("bench", "env + train", bench))
     return steps
+
+
+def line_figures(wanted: str) -> Callable[[str], dict[str, object]]:
+    """The output's first line holding ``wanted``, else a problem."""
+
+    def read(output: str) -> dict[str, object]:
+        found = next((line for line in output.splitlines() if wanted in line), None)
+        return {"line": found} if found else {"problem": f"no line with {wanted!r} in the output"}
+
+    return read
+
+
+def placement_steps(islab: list[str]) -> list[Step]:
+    """NVML seen from the launcher (islab.run.gpu_watch), real GPUs: a script whose 2 ranks both sit on
+    GPU 0 is stopped within seconds naming them and the fix (exit 1); with its device set from
+    LOCAL_RANK it runs, and the summary shows each rank's GPU memory and utilisation."""
+    script = str(REPO / "scripts" / "gpu_checks" / "placement.py")
+    shared = [*islab, "--gpus", "2", "--script", script]
+    fixed = [*islab, "--gpus", "2", "--script", script, "--", "--set-device"]
+    return [
+        Step("placement", "2 ranks on GPU 0 named", shared, line_figures("are all on GPU 0"), timeout_s=120,
+             expect_status=1, reads_stderr=True),
+        Step("placement", "GPU per rank in the summary", fixed, line_figures("GPU per rank (peak)"), timeout_s=180),
+    ]  # fmt: skip
 
 
 def expand_run_dir(argv: list[str]) -> list[str]:
@@ -263,7 +300,8 @@ def run_step(step: Step) -> Result:
     except OSError as error:
         status, output = 127, f"{error}"
     wall = time.monotonic() - start
-    figures = step.figures(done.stdout if status is not None and status != 127 else "") if status == 0 else {}
+    read = (done.stdout + done.stderr if step.reads_stderr else done.stdout) if status == step.expect_status else ""
+    figures = step.figures(read) if status == step.expect_status else {}
     return Result(step, status, wall, figures, output.splitlines()[-15:])
 
 

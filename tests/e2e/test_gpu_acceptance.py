@@ -80,6 +80,20 @@ def test_the_plan_plays_a_gpu_checkpoint_on_the_gpu_and_on_cpu_exports_it_and_be
     assert not any(step.section == "bench" for step in _plan("--skip-bench"))
 
 
+def test_scale_runs_at_every_gpu_and_two_gpus_check_the_placement_watch():
+    steps = _plan()
+    (scale,) = [step for step in steps if step.section == "scale"]
+    assert scale.argv[scale.argv.index("--gpus") + 1] == "4" and "--json" in scale.argv
+    shared, fixed = [step for step in steps if step.section == "placement"]
+    assert shared.expect_status == 1 and shared.reads_stderr and "--set-device" not in shared.argv
+    assert fixed.expect_status == 0 and fixed.argv[-2:] == ["--", "--set-device"]
+    assert not any(step.section == "placement" for step in _plan(gpus=1))  # one GPU: nothing to misplace
+    # a refusal passes only with the exit status and the line it expects
+    named = acceptance.Result(shared, 1, 3.0, shared.figures("error: ranks 0 and 1 are all on GPU 0 (...)"), [])
+    assert named.passed and not acceptance.Result(shared, 0, 3.0, {}, []).passed
+    assert "problem" in shared.figures("error: something else")
+
+
 def test_pre_flight_runs_only_when_this_islab_train_has_it():
     assert not any(step.section == "pre-flight" for step in _plan())
     (preflight,) = [step for step in _plan(collectives=True) if step.section == "pre-flight"]

@@ -109,3 +109,61 @@ def test_num_envs_auto_with_an_entry_point_is_refused(capsys, tmp_path):
     (tmp_path / "train.py").write_text("")
     assert cli.run(["--device", "cpu", "--num-envs", "auto", "--script", str(tmp_path / "train.py"), "--dry-run"]) == 2
     assert "error: --num-envs auto: is measured with islab's own worker" in capsys.readouterr().err
+
+
+def test_a_fit_under_another_memory_budget_is_not_what_num_envs_auto_reads(capsys, monkeypatch, tmp_path):
+    """`fit --memory-limit` (room left for another job) or `--memory-fraction` chose for that budget:
+    a launch's --num-envs auto (the defaults' budget) must not reuse it; fit with the defaults is reused."""
+    from islab.fit import cache
+    from islab.spec.run_spec import RunSpec
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    spec = RunSpec(lib="rsl_rl", device="cpu", task="Islab-Cartpole-v0")
+    cache.store(spec, 128, 10**9, given_memory_limit=10**9)
+    cache.store(spec, 256, 10**9, memory_fraction=0.5)
+    assert cache.lookup(spec) is None
+    cache.store(spec, 512, 10**9)
+    assert cache.lookup(spec)[0] == 512
+    argv = ["--lib", "rsl_rl", "--device", "cpu", "--task", "Islab-Cartpole-v0", "--num-envs", "auto", "--dry-run"]
+    assert cli.run(argv) == 0
+    assert "num_envs               = 512  (source: fit, cached " in capsys.readouterr().out
+
+
+def test_num_envs_auto_in_a_cluster_file_uses_the_cached_value_and_a_command_line_number_wins(capsys, monkeypatch,
+                                                                                              tmp_path):  # fmt: skip
+    from islab.fit import cache
+    from islab.spec.run_spec import RunSpec
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cache.store(RunSpec(lib="rsl_rl", device="cpu", task="Islab-Cartpole-v0"), 256, 10**9)
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("lib: rsl_rl\ndevice: cpu\ntask: Islab-Cartpole-v0\nnum_envs: auto\n")
+    assert cli.run(["--cluster", str(cluster), "--dry-run"]) == 0
+    assert "num_envs               = 256  (source: fit, cached " in capsys.readouterr().out
+    assert cli.run(["--cluster", str(cluster), "--num-envs", "64", "--dry-run"]) == 0
+    assert "num_envs               = 64  (source: cli" in capsys.readouterr().out
+
+
+def test_packed_sweep_trials_are_checked_against_what_fit_measured(monkeypatch, tmp_path):
+    """trials_per_gpu: the trials' measured peaks together within fit's fraction of the GPU."""
+    from islab.fit import cache
+    from islab.fit.table import peak_at
+    from islab.spec.run_spec import RunSpec
+    from islab.sweep.load import packing_issue
+
+    rows = [row(1024, 10 * 1024, 5e4), row(2048, 18 * 1024, 9e4), row(4096, 34 * 1024, 1.6e5)]  # MiB
+    assert peak_at(rows, 2048) == 18 * 2**30
+    assert peak_at(rows, 3072) == 26 * 2**30  # between two measured sizes: linear
+    assert peak_at(rows, 8192) == 66 * 2**30  # beyond: the last two sizes' slope
+    gpu = 70 * 2**30
+    assert packing_issue(4096, 2, (rows, gpu)) is not None  # 2 x 34 GiB > 0.85 x 70 GiB
+    issue = packing_issue(4096, 2, (rows, gpu))
+    assert issue.field == "trials_per_gpu" and "Use trials_per_gpu: 1" in issue.fix
+    assert packing_issue(2048, 3, (rows, gpu)) is None  # 3 x 18 GiB = 54 GiB fits in 59.5
+    assert packing_issue(4096, 1, (rows, gpu)) is None and packing_issue(4096, 2, None) is None
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    spec = RunSpec(lib="rsl_rl", device="cpu", task="Islab-Cartpole-v0")
+    assert cache.measured(spec) is None
+    cache.store(spec, 4096, gpu, rows=rows)
+    assert cache.measured(spec) == (rows, gpu)

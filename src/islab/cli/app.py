@@ -61,7 +61,7 @@ from islab.spec.issues import Issue, SpecError, mask_env
 NO_CHECK_OPTIONS = PreflightOptions()  # the defaults: pre-flight on, 60 s
 
 # The subcommands beside the training command (islab.cli.commands registers each; --help lists them).
-SUBCOMMANDS = ("doctor", "sbatch", "k8s", "tasks", "play", "eval", "export", "sweep", "fit")
+SUBCOMMANDS = ("doctor", "sbatch", "k8s", "tasks", "play", "eval", "export", "sweep", "fit", "scale")
 
 EPILOG = f"""\
 [bold]Examples[/bold]
@@ -116,7 +116,8 @@ app = typer_app(add_completion=True)
 def train(ctx: typer.Context, **options: Any) -> None:
     warnings: list[str] = []  # what a dry run planned without checking it on this machine
     resolved = resolve(ctx, options, dry_run_warnings=warnings if options["dry_run"] else None)
-    if spec_layers.NUM_ENVS_AUTO:  # --num-envs auto: fit's recommendation, cached or measured now (islab.fit.auto)
+    # --num-envs auto / num_envs: auto in a cluster file: fit's recommendation, cached or measured now (islab.fit.auto)
+    if spec_layers.NUM_ENVS_AUTO or resolved.num_envs_auto:
         resolved = checked(lambda: apply_auto(resolved, dry_run=options["dry_run"], warnings=warnings))
     if options["json_output"] and not options["dry_run"]:
         fail(SpecError(Issue("--json", "only works together with --dry-run", "Add --dry-run")))
@@ -149,9 +150,11 @@ def launch_for(resolved: ResolvedSpec, checks: PreflightOptions, facts: LaunchFa
         fail(exc)
 
 
-def plan_for(resolved: ResolvedSpec, checks: PreflightOptions) -> LaunchPlan:
-    """The spec's plan as a launch runs it (``doctor --collectives`` checks that one), or exit 2."""
-    return launch_for(resolved, checks).plan
+def plan_for(resolved: ResolvedSpec, checks: PreflightOptions, *, run_dir: str | None = None) -> LaunchPlan:
+    """The spec's plan as a launch runs it (``doctor --collectives`` checks that one), or exit 2;
+    ``run_dir``: a directory the caller claimed (``scale``'s run per rank count)."""
+    facts = LaunchFacts(datetime.now(), find_free_port(), os.environ, nccl_safe=checks.nccl_safe, run_dir=run_dir)
+    return launch_for(resolved, checks, facts).plan
 
 
 def _plan_and_go(

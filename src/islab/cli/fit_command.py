@@ -141,7 +141,7 @@ def fit_command(ctx: typer.Context, **options: Any) -> None:
     chosen = recommend(result.rows, result.memory_limit_bytes, result.memory_fraction)
     knee_row = knee(result.rows)
     if chosen.num_envs is not None:
-        cache.store(spec, chosen.num_envs, result.memory_limit_bytes, result.device_name)
+        cache.store_result(spec, chosen.num_envs, result, settings)
     if options["json_output"]:
         print(to_json(result.device, result.memory_limit_bytes, result.memory_fraction, result.rows, result.stopped,
                       {"device_name": result.device_name, "seconds": round(result.seconds, 1)}))  # fmt: skip

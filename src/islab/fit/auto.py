@@ -1,7 +1,8 @@
 """``--num-envs auto`` on a launch: ``fit``'s recommendation for this job's shape.
 
 The word ``auto`` is taken off the command line (``--num-envs auto`` / ``--num-envs=auto``) or the
-environment (``ISLAB_NUM_ENVS=auto``) before the options are parsed (:func:`take_auto`), so
+environment (``ISLAB_NUM_ENVS=auto``) before the options are parsed (:func:`take_auto`) -- a cluster file's
+``num_envs: auto`` is taken off by resolution (:func:`islab.resolve.steps.take_file_auto`) -- so
 resolution sees no ``num_envs`` and proceeds as usual; then :func:`apply_auto` puts the
 recommendation in the resolved spec with source ``fit`` and says where it came from -- ``cached
 <when>, <file>`` (:mod:`islab.fit.cache`) or ``measured now`` -- which the dry run's field list
@@ -23,9 +24,10 @@ from islab.fit.search import FitError, default_settings, fit
 from islab.fit.table import recommend
 from islab.resolve.layers import Source
 from islab.resolve.resolved import ResolvedSpec
+from islab.spec.fields import NUM_ENVS_AUTO
 from islab.spec.issues import Issue, SpecError
 
-AUTO = "auto"
+AUTO = NUM_ENVS_AUTO
 FLAG = "--num-envs"
 VARIABLE = "ISLAB_NUM_ENVS"
 
@@ -107,7 +109,7 @@ def measure(resolved: ResolvedSpec) -> tuple[int, str]:
     chosen = recommend(result.rows, result.memory_limit_bytes, result.memory_fraction)
     if chosen.num_envs is None:
         raise SpecError(Issue("--num-envs auto", chosen.reason, "Give --num-envs N"))
-    path = cache.store(spec, chosen.num_envs, result.memory_limit_bytes, result.device_name)
+    path = cache.store_result(spec, chosen.num_envs, result, settings)
     print(f"islab-train: --num-envs auto: {chosen.num_envs} ({chosen.reason}; {result.seconds:.0f} s)",
           file=sys.stderr, flush=True)  # fmt: skip
     return chosen.num_envs, f"measured now, cached in {path}"

@@ -65,6 +65,20 @@ def predicted_next_peak(rows: Sequence[FitRow]) -> int | None:
     return int(last.peak_memory_bytes + per_env * last.num_envs)
 
 
+def peak_at(rows: Sequence[FitRow], num_envs: int) -> int | None:
+    """The peak memory of ``num_envs`` envs: the measured row of that size, else the linear model
+    through the two measured sizes nearest to it (None with fewer than two)."""
+    measured = [row for row in rows if row.peak_memory_bytes is not None and not row.out_of_memory]
+    exact = next((row.peak_memory_bytes for row in measured if row.num_envs == num_envs), None)
+    if exact is not None or len(measured) < 2:
+        return exact
+    near = sorted(measured, key=lambda row: abs(row.num_envs - num_envs))[:2]
+    (a, b) = sorted(near, key=lambda row: row.num_envs)
+    assert a.peak_memory_bytes is not None and b.peak_memory_bytes is not None
+    per_env = max(0.0, (b.peak_memory_bytes - a.peak_memory_bytes) / (b.num_envs - a.num_envs))
+    return int(max(0.0, a.peak_memory_bytes + per_env * (num_envs - a.num_envs)))
+
+
 def plateaued(rows: Sequence[FitRow]) -> bool:
     """Two doublings in a row that each added less than 10% steps/s."""
     rates = [row.env_steps_per_s for row in rows if row.fits and row.env_steps_per_s]

@@ -33,7 +33,7 @@ from islab.resolve.layers import Layer, Merged, Source, merge
 from islab.resolve.messages import label_of
 from islab.resolve.resolved import ResolvedSpec
 from islab.resolve.sources import AllocationSource, allocation_layers, cluster_layer, resume_value, resumed_layer
-from islab.resolve.steps import apply_presets, derive, disk_issue, resumed_issue, validate
+from islab.resolve.steps import apply_presets, derive, disk_issue, resumed_issue, take_file_auto, validate
 from islab.spec.fields import MODULE_PATTERN
 from islab.spec.issues import Issue, SpecError
 from islab.tasks import TaskRegistrationError
@@ -63,7 +63,9 @@ def resolve(inputs: Inputs, edge: Edge | None = None) -> ResolvedSpec:
     run_dir, stored = edge.resumed_run(resume_value((inputs.cli, inputs.env, file)))
     given = merge((inputs.cli, *allocated, inputs.env, file, resumed_layer(stored)))
 
-    merged = apply_presets(given, edge)
+    # a cluster file's num_envs: auto leaves before the presets hand num_envs to an entry point
+    unmeasured, num_envs_auto = take_file_auto(given)
+    merged = apply_presets(unmeasured, edge)
     announce_task_module(merged, edge)
     merged = derive(merged, edge.task_default_envs)
     spec = validate(merged, edge.task_ids())
@@ -88,7 +90,8 @@ def resolve(inputs: Inputs, edge: Edge | None = None) -> ResolvedSpec:
     used = set(merged.sources.values())
     # the job of the allocation that placed this node (the last reader's when two did: Kubernetes over SLURM)
     job = next((found.job for found in reversed(inputs.allocations) if found.source in used and found.job), None)
-    return ResolvedSpec(spec, merged.sources, merged.origins, str(path) if path is not None else None, job)
+    return ResolvedSpec(spec, merged.sources, merged.origins, str(path) if path is not None else None, job,
+                        num_envs_auto=num_envs_auto)  # fmt: skip
 
 
 def announce_task_module(merged: Merged, edge: Edge) -> None:

@@ -28,6 +28,7 @@ class ResolvedSpec:
     cluster_file: str | None = None
     # The scheduler job this launch is part of (None: none), from the allocation that supplied fields.
     job: JobIdentity | None = None
+    num_envs_auto: bool = False  # the cluster file said num_envs: auto (applied after resolution: islab.fit.auto)
 
     def explain(self) -> list[tuple[str, Any, Source]]:
         """(field, value, source) for every field, in schema order; secrets masked."""

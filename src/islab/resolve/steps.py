@@ -30,7 +30,7 @@ from islab.resolve.layers import Merged, Source, unflatten
 from islab.resolve.messages import issue_from_pydantic, label_of
 from islab.resolve.presets import apply_isaaclab, apply_mjlab, refuse_worker_only
 from islab.resolve.resumed import frozen_field_issue
-from islab.spec.fields import DEFAULT_TASK
+from islab.spec.fields import DEFAULT_TASK, NUM_ENVS_AUTO
 from islab.spec.issues import Issue, SpecError, install_extra_hint
 from islab.spec.run_spec import TASK_IDS, RunSpec
 
@@ -47,6 +47,18 @@ def apply_presets(merged: Merged, edge: Edge) -> Merged:
     if values.get("entrypoint") is not None:
         refuse_worker_only(values, origins)
     return Merged(values, sources, origins)
+
+
+def take_file_auto(merged: Merged) -> tuple[Merged, bool]:
+    """A cluster file's ``num_envs: auto`` (no higher layer gave a number) taken out of the merged
+    values, so the task's default stands in until ``fit``'s recommendation replaces it after
+    resolution (:mod:`islab.fit.auto`); and whether it was there."""
+    if merged.sources.get("num_envs") != Source.FILE or merged.get("num_envs") != NUM_ENVS_AUTO:
+        return merged, False
+    kept = {name: value for name, value in merged.values.items() if name != "num_envs"}
+    sources = {name: source for name, source in merged.sources.items() if name != "num_envs"}
+    origins = {name: origin for name, origin in merged.origins.items() if name != "num_envs"}
+    return Merged(kept, sources, origins), True
 
 
 def derive(merged: Merged, task_default_envs: Any) -> Merged:

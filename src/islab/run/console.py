@@ -159,7 +159,20 @@ def resume_command(run_dir: str) -> str:
 # ----------------------------------------------------------------------------------------------
 
 
-def _live_renderable(record: Mapping[str, Any] | None, started: float, note: str, waiting: str | None = None) -> Any:
+def _live_renderable(
+    record: Mapping[str, Any] | None, started: float, note: str, waiting: str | None = None, gpus: str | None = None
+) -> Any:
+    """The live display; ``gpus``: each rank's GPU memory and utilisation (NVML), as a last line."""
+    body = _live_body(record, started, note, waiting)
+    if not gpus:
+        return body
+    from rich.console import Group
+    from rich.text import Text
+
+    return Group(body, Text(f"GPUs  {gpus}", style="dim"))
+
+
+def _live_body(record: Mapping[str, Any] | None, started: float, note: str, waiting: str | None) -> Any:
     from rich.console import Group
     from rich.progress_bar import ProgressBar
     from rich.table import Table
@@ -204,6 +217,7 @@ class RunView:
         interval_s: float = DEFAULT_PLAIN_INTERVAL_S,
         reader: Any = None,
         last_line: Callable[[], str | None] | None = None,
+        gpu_line: Callable[[], str | None] | None = None,
     ) -> None:
         self.run_dir = run_dir
         self.out = out
@@ -214,6 +228,8 @@ class RunView:
         self.reader = reader if reader is not None else ProgressReader(progress_path(run_dir))
         # rank 0's last log line: shown with the elapsed time while no iteration has been reported
         self.last_line = last_line
+        # each rank's GPU memory and utilisation (islab.run.gpu_watch), when NVML is there
+        self.gpu_line = gpu_line
         self.latest: dict[str, Any] | None = None
         # A run resumed in place: what progress.jsonl already holds is history (for the curves), not
         # this launch's progress -- its last record must not be shown as the first progress line.
@@ -257,17 +273,21 @@ class RunView:
         with self._lock:
             waiting = self.last_line() if self.last_line is not None and self.latest is None else None
             if self._live is not None:
-                self._live.update(_live_renderable(self.latest, self._started, self.note, waiting))
+                gpus = self.gpu_line() if self.gpu_line is not None else None
+                self._live.update(_live_renderable(self.latest, self._started, self.note, waiting, gpus))
                 return
             now = time.monotonic()
             due = final or now - self._last_print >= self.interval_s
             if waiting and due and not final:
                 elapsed = format_duration(now - self._started)
-                self.out.write(f"islab-train: {elapsed} elapsed · rank 0: {waiting}\n")
+                gpus = self.gpu_line() if self.gpu_line is not None else None
+                self.out.write(f"islab-train: {elapsed} elapsed · rank 0: {waiting}"
+                               + (f" · GPUs {gpus}" if gpus else "") + "\n")  # fmt: skip
                 self.out.flush()
                 self._last_print = now
             if self.latest is not None and due and self.latest.get("iteration") != self._printed:
-                self.out.write(plain_line(self.latest) + "\n")
+                gpus = self.gpu_line() if self.gpu_line is not None else None
+                self.out.write(plain_line(self.latest) + (f" · GPUs {gpus}" if gpus else "") + "\n")
                 self.out.flush()
                 self._printed = self.latest.get("iteration")
                 self._last_print = now
@@ -305,8 +325,12 @@ def render_summary(rows: Iterable[tuple[str, str]], out: IO[str], *, tty: bool) 
     console.print(table)
 
 
-def finish(run_dir: str, out: IO[str], *, tty: bool, resume: str | None, records: Sequence[Mapping[str, Any]]) -> None:
-    """End of a successful run on node 0: curves.png and the summary table."""
+def finish(
+    run_dir: str, out: IO[str], *, tty: bool, resume: str | None, records: Sequence[Mapping[str, Any]],
+    extra_rows: Sequence[tuple[str, str]] = (),
+) -> None:  # fmt: skip
+    """End of a successful run on node 0: curves.png and the summary table (``extra_rows`` before the
+    run directory: each rank's GPU peak memory and utilisation)."""
     records = list(records) or read_progress(progress_path(run_dir))
     curves = None
     try:
@@ -317,7 +341,7 @@ def finish(run_dir: str, out: IO[str], *, tty: bool, resume: str | None, records
     if summary is None and records:  # a user's script: the summary comes from its TensorBoard events
         last = records[-1]
         rows = [("iterations", str(last.get("iteration"))), ("mean return", format_return(last.get("mean_return"))),
-                ("wall time", format_duration(last.get("time_s"))), ("run dir", run_dir)]  # fmt: skip
+                *extra_rows, ("wall time", format_duration(last.get("time_s"))), ("run dir", run_dir)]  # fmt: skip
         if curves is not None:
             rows.append(("curves", str(curves)))
         render_summary(rows, out, tty=tty)
@@ -327,8 +351,12 @@ def finish(run_dir: str, out: IO[str], *, tty: bool, resume: str | None, records
             f"islab-train: finished (every rank exited 0). Run directory: {run_dir} -- the entry point "
             "reported no progress islab can read (TensorBoard scalars), so there is no summary table.\n"
         )
+        for label, value in extra_rows:
+            out.write(f"islab-train: {label}: {value}\n")
         return
     rows = summary_rows(summary, run_dir, resume, kept=list(history_checkpoints(run_dir)))
+    at = next(i for i, (label, _) in enumerate(rows) if label == "run directory")
+    rows[at:at] = list(extra_rows)
     if curves is not None:
         rows.insert(-1 if resume else len(rows), ("curves", str(curves)))
     render_summary(rows, out, tty=tty)

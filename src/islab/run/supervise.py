@@ -45,6 +45,7 @@ from islab.run.entrypoint import RankLogWriter, events_reader
 from islab.run.event_hangs import EventHangWatch, with_fault_handler
 from islab.run.event_owners import JobEventFiles
 from islab.run.failures import known_failure_lines
+from islab.run.gpu_watch import FirstOf, GpuWatch, load_nvml
 from islab.run.hangs import HangWatch
 from islab.run.isaaclab_launch import preemption_line, record_run_folder, resume_hint
 from islab.run.processes import watch
@@ -104,9 +105,12 @@ def run_plan(
             logs(rank, line)
             runner.observe(rank, line)
 
+    nvml = load_nvml()  # ranks on one GPU stopped, each rank's GPU use shown (islab.run.gpu_watch)
+    gpus = GpuWatch(nvml, entrypoint=bool(plan.entrypoint)) if nvml is not None else None
     view = RunView(
         plan.run_dir, out, live=options.live, progress=options.progress, note=options.note,
         interval_s=options.interval_s, reader=reader, last_line=logs and (lambda: logs.rank0_last),
+        gpu_line=gpus and gpus.live_text,
     )  # fmt: skip
     explanation = io.StringIO()
     # Our worker's ranks write heartbeats; an entry point's progress is its TensorBoard events.
@@ -116,12 +120,13 @@ def run_plan(
     elif plan.hang_timeout_s:
         own = events_reader(root, plan.events_library, plan.events_not_before, owners and owners.owns)
         hangs = EventHangWatch(plan.run_dir, plan.hang_timeout_s, own)
+    stopper = FirstOf(gpus, hangs) if gpus is not None or hangs is not None else None
     started = time.time()
     try:
         outcome = watch(
             runner.children(), grace_s=grace_s, preempt_grace_s=preempt_grace_s, out=out, err=err, view=view,
             policy=ConsolePolicy(all_ranks=options.all_ranks), fail_fast=runner.fail_fast,
-            on_line=on_line, overdue=runner.overdue, hung=hangs, on_tick=owners and owners.observe,
+            on_line=on_line, overdue=runner.overdue, hung=stopper, on_tick=owners and owners.observe,
             interrupt_ranks=plan.isaaclab,
         )  # fmt: skip
         if plan.isaaclab and logs is not None:  # where this launch's Isaac Lab run is, for --resume and play
@@ -145,8 +150,8 @@ def run_plan(
             name = signal.Signals(outcome.received).name
             err.write(f"islab-train: stopped by {name}; run directory: {os.path.abspath(plan.run_dir)}\n")
             status = 128 + outcome.received
-        elif outcome.hung and hangs is not None:
-            explanation.write(hangs.message() + "\n")
+        elif outcome.hung and stopper is not None:
+            explanation.write(stopper.message() + "\n")
             status = 1
         else:
             status = runner.explain(outcome, explanation, all_ranks=options.all_ranks)
@@ -158,12 +163,16 @@ def run_plan(
     finally:
         view.close()
         runner.close()
+        if gpus is not None:
+            gpus.close()
         if logs is not None:
             logs.close()
     if status == 0:
         status = _check_digests(plan.run_dir, explanation)
     if status == 0 and options.progress:
-        finish(plan.run_dir, out, tty=options.live, resume=resume_command(plan.run_dir), records=view.records)
+        peaks = gpus.summary_text() if gpus is not None else None
+        finish(plan.run_dir, out, tty=options.live, resume=resume_command(plan.run_dir), records=view.records,
+               extra_rows=[("GPU per rank (peak)", peaks)] if peaks else [])  # fmt: skip
     elif options.progress and plan.isaaclab:
         err.write(resume_hint(plan, resume_command(plan.run_dir)))
     elif options.progress:

@@ -52,6 +52,9 @@ DEFAULT_TASK: str = default_of("task")
 # Lab's usual count per GPU, and the default task's (``--help`` states it as such;
 # tests/spec/test_spec.py holds the two equal).
 FALLBACK_NUM_ENVS = 4096
+# num_envs given as this word (--num-envs auto, ISLAB_NUM_ENVS=auto, a cluster file's num_envs: auto):
+# islab-train fit's recommendation for the job (islab.fit.auto)
+NUM_ENVS_AUTO = "auto"
 # Used for a multi-node static rendezvous that names no port: every node must agree on it without
 # talking to each other first, so it cannot be probed. It is torchrun's own default.
 DEFAULT_MULTINODE_MASTER_PORT = 29500

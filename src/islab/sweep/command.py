@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from islab.doctor.probes import visible_gpu_count
+from islab.fit import cache
 from islab.plan.plan import RUN_DIR_TIME_FORMAT
 from islab.resolve.resolve import install_extra_hint
 from islab.rundir import claim_new_dir, read_json_object, write_json
 from islab.spec.issues import Issue, SpecError
 from islab.sweep import dry_run
-from islab.sweep.load import LoadedSweep, fit_issues, load_sweep, parse_sweep
+from islab.sweep.load import LoadedSweep, fit_issues, load_sweep, packing_issue, parse_sweep
 from islab.sweep.summary import SWEEP_JSON, read_records, summarize, write_outputs
 from islab.sweep.trials import SweepPlan, build_plan, sweep_dir_for
 
@@ -67,6 +68,9 @@ def sweep_main(
             gpus=float(visible_gpu_count()),
             where="this machine",
         )
+        if loaded.base.device == "cuda":  # packed trials against the memory islab-train fit measured
+            packed = packing_issue(loaded.base.num_envs, loaded.spec.trials_per_gpu, cache.measured(loaded.base))
+            issues += [packed] if packed is not None else []
         if issues:
             for issue in issues:
                 print(

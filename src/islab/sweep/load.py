@@ -12,9 +12,10 @@ Three kinds of mistakes are caught here, each as ``error: <file>: <field>: <prob
 
 from __future__ import annotations
 
+import math
 import os
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from islab.fit.table import DEFAULT_MEMORY_FRACTION, FitRow, format_bytes, peak_at
 from islab.resolve.isaaclab_install import AUTO as ISAACLAB_AUTO
 from islab.resolve.resolve import Provided, ResolvedSpec, resolve_spec
 from islab.spec.issues import Issue, SpecError, suggest
@@ -262,6 +264,31 @@ def _sweep_issue(issue: Issue, label: str, spec: SweepSpec) -> Issue:
         where = f"search.{key}" if key in spec.search else "run.overrides"
         return Issue(f"{label}: {where}", issue.problem, issue.fix)
     return Issue(f"{label}: run ({issue.field})", issue.problem, issue.fix)
+
+
+def packing_issue(num_envs: int, trials_per_gpu: float, measured: tuple[Sequence[FitRow], int] | None) -> Issue | None:
+    """GPU trials packed ``trials_per_gpu`` to a GPU against the memory ``islab-train fit`` measured for
+    this job shape (``measured``: its rows and the GPU's memory, :func:`islab.fit.cache.measured`):
+    the packed trials' peaks together must stay within ``fit``'s memory fraction of the GPU. None
+    when they do, when one trial has a GPU to itself, or when nothing was measured."""
+    if measured is None or trials_per_gpu <= 1:
+        return None
+    rows, memory_bytes = measured
+    peak = peak_at(rows, num_envs)
+    if peak is None or peak <= 0:
+        return None
+    packed = math.ceil(trials_per_gpu)
+    budget = DEFAULT_MEMORY_FRACTION * memory_bytes
+    if packed * peak <= budget:
+        return None
+    most = max(1, int(budget // peak))
+    return Issue(
+        "trials_per_gpu",
+        f"{packed} trials of {num_envs} envs would share one GPU: islab-train fit measured ~{format_bytes(peak)} "
+        f"each, {format_bytes(packed * peak)} together, over {DEFAULT_MEMORY_FRACTION:g} of the GPU's "
+        f"{format_bytes(memory_bytes)}",
+        f"Use trials_per_gpu: {most}, or fewer envs per trial (run.num_envs)",
+    )
 
 
 def fit_issues(
