@@ -54,6 +54,7 @@ from islab.resolve.edge import DryRunEdge
 from islab.resolve.resolve import Provided, ResolvedSpec, Source, resolve_spec
 from islab.run.supervise import ConsoleOptions, run_plan
 from islab.run.wandb_login import wandb_login_issue
+from islab.sky import allocation as sky_allocation
 from islab.rundir import (
     rank_log,
     write_launch_record,
@@ -79,7 +80,7 @@ NO_CHECK_OPTIONS = PreflightOptions()  # the defaults: pre-flight on, 60 s
 GPUS_ALL_ASSUMED = "no CUDA device is visible here, so this plan assumes 1 GPU per node"
 
 # The subcommands beside the training command (islab.cli.commands registers each; --help lists them).
-SUBCOMMANDS = ("doctor", "sbatch", "k8s", "tasks", "play", "export", "sweep", "fit")
+SUBCOMMANDS = ("doctor", "sbatch", "k8s", "sky", "tasks", "play", "export", "sweep", "fit")
 
 EPILOG = f"""\
 [bold]Examples[/bold]
@@ -113,7 +114,7 @@ EPILOG = f"""\
 
 Commands: islab-train {" | ".join(SUBCOMMANDS)} (each has --help; islab-train help COMMAND too).
 Version: islab-train --version (-V), with torch's and the libraries'.
-Precedence: command line > SLURM / Kubernetes allocation (--slurm, --k8s) > ISLAB_* environment
+Precedence: command line > SLURM / Kubernetes / SkyPilot allocation (--slurm, --k8s, --sky) > ISLAB_* environment
 > --cluster YAML > defaults.
 Exit codes: 0 ok / dry run, 2 bad spec (nothing started), else the training's status
 (signal N -> 128+N; Ctrl-C -> 130; SIGTERM/SIGUSR1 -> checkpoint, then 75). Reference: docs/CLI.md.
@@ -230,11 +231,13 @@ def _layers(ctx: typer.Context, values: dict[str, Any]) -> tuple[dict[str, Provi
 
 def run_leaf_of(resolved: ResolvedSpec) -> str | None:
     """The run directory's leaf when a scheduler allocation supplied part of the spec -- the SLURM
-    job (slurm-<id>) or the Kubernetes job (k8s-<name>) -- so that a requeued job or a pod started
-    again finds its checkpoint."""
+    job (slurm-<id>), the Kubernetes job (k8s-<name>) or the SkyPilot task (its task id) -- so that a
+    requeued job, a pod started again or a recovered managed job finds its checkpoint."""
     used = set(resolved.sources.values())
     if Source.K8S in used:
         return k8s_allocation.allocation_from_environ(os.environ).run_leaf
+    if Source.SKY in used:  # the task id: the same in every recovery of a managed job
+        return sky_allocation.allocation_from_environ(os.environ).run_leaf
     if Source.SLURM in used:
         return f"slurm-{int(os.environ['SLURM_JOB_ID'])}"
     return None

@@ -38,7 +38,7 @@ PLACEMENT_FIELDS = frozenset({
     "nnodes", "node_rank", "rendezvous.master_addr", "rendezvous.master_port", "rendezvous.endpoint",
     "coordinator_address", "log_dir",
 })  # fmt: skip
-EXCLUDED_OPTIONS = ("slurm", "k8s", "node_rank", "master_addr", "master_port", "rdzv_endpoint",
+EXCLUDED_OPTIONS = ("slurm", "k8s", "sky", "node_rank", "master_addr", "master_port", "rdzv_endpoint",
                     "coordinator_address", "log_dir")  # fmt: skip
 BY_FIELD = {option.field: option for option in OPTIONS if option.field not in (None, "entrypoint")}
 
@@ -128,7 +128,7 @@ def k8s_command(ctx: typer.Context, **options: Any) -> None:
         return KubernetesAllocation(fmt, name, nnodes if valid else 1, None if elastic else 0, master,
                                     RENDEZVOUS_PORT, origins).layer(chosen)  # fmt: skip
 
-    resolved = resolve(ctx, {**options, "slurm": None, "k8s": None}, slurm_layer=planned_allocation, elsewhere=True)
+    resolved = resolve(ctx, {**options, "slurm": None, "k8s": None, "sky": None}, slurm_layer=planned_allocation, elsewhere=True)
     spec = resolved.spec
     k8s = _k8s_options(options, name)
     try:
@@ -195,13 +195,18 @@ def given_fields(ctx: typer.Context, options: dict[str, Any]) -> dict[str, Any]:
     return given
 
 
-def pod_command(ctx: typer.Context, options: dict[str, Any], python: str) -> tuple[str, ...]:
+def pod_command(
+    ctx: typer.Context, options: dict[str, Any], python: str, log_dir: str | None = RUNS_MOUNT
+) -> tuple[str, ...]:
     """The container's command: ``python -m islab.cli`` + the given fields as options (their env
-    becomes the container's env instead)."""
+    becomes the container's env instead). ``log_dir``: the run directories' root on the node (the
+    volume's path); None keeps the one given (a SkyPilot node without storage: its own disk)."""
     given = given_fields(ctx, options)
     args: list[str] = []
     for field, value in given.items():
-        if field in PLACEMENT_FIELDS or field in ("env", "overrides", "args"):
+        if (field in PLACEMENT_FIELDS and not (field == "log_dir" and log_dir is None)) or field in (
+            "env", "overrides", "args"
+        ):  # fmt: skip
             continue
         if field == "entrypoint":
             ((kind, entry),) = value.items()
@@ -215,7 +220,7 @@ def pod_command(ctx: typer.Context, options: dict[str, Any], python: str) -> tup
             args += [option.flag.split("/")[0]] if value else []
         else:
             args += [option.flag, value.value if isinstance(value, Enum) else str(value)]
-    args += ["--log-dir", RUNS_MOUNT, *given.get("overrides", ())]
+    args += [*(["--log-dir", log_dir] if log_dir is not None else []), *given.get("overrides", ())]
     if given.get("args") is not None:
         args += ["--", *given["args"]]
     head = python if "python" in given else "python"

@@ -233,6 +233,10 @@ OPTIONS: tuple[Option, ...] = (
            "belongs to (PET_* of Kubeflow TrainJob/PyTorchJob; JOB_COMPLETION_INDEX and pod 0's DNS name for JobSet "
            "and an Indexed Job: docs/KUBERNETES.md). On by itself in the pods 'islab-train k8s' writes; options on the "
            "command line still win.", PANEL_CLUSTER, kind=bool, default="[default: auto]"),
+    Option("--sky/--no-sky", "Take nnodes, the node rank and node 0's address:port from the SkyPilot task this node "
+           "runs (SKYPILOT_NUM_NODES, SKYPILOT_NODE_RANK, first line of SKYPILOT_NODE_IPS; docs/CLOUD.md). On by "
+           "itself in a SkyPilot task's run; options on the command line still win.", PANEL_CLUSTER, kind=bool,
+           default="[default: auto]"),
     # --- output ------------------------------------------------------------------------------
     Option("--run-name", "Suffix of the run directory; letters, digits, . _ - only.", PANEL_OUTPUT, "run_name"),
     Option("--log-dir", "Root of run directories: <log_dir>/<lib>/<task>/<time>[_<run_name>] (an entry point: "

@@ -7,7 +7,8 @@ a length is given with it -- ``--resume PATH`` alone trains to that target; ``--
 an elastic restart (torchrun ``--max_restarts``; ``TORCHELASTIC_RESTART_COUNT`` > 0) or a requeued
 SLURM job (same ``SLURM_JOB_ID``, ``SLURM_RESTART_COUNT`` > 0, whose run directory is named after
 the job id), or a pod of a Kubernetes job started again (``ISLAB_K8S_JOB``, run directory
-``k8s-<job>`` on the job's volume) -- resumes from this run's own ``checkpoints/latest.pt`` when
+``k8s-<job>`` on the job's volume), or a recovered SkyPilot managed job (``SKYPILOT_TASK_ID``, the run
+directory named after it on the job's bucket or volume) -- resumes from this run's own ``checkpoints/latest.pt`` when
 that job wrote one, and trains only up to the iteration the job was asked to reach, which the
 checkpoint records (``spec.target_iteration``). Isaac Lab restarts from scratch.
 """
@@ -21,6 +22,8 @@ from typing import Any
 
 from islab import rundir
 from islab.k8s.names import JOB_VARIABLE as K8S_JOB_VARIABLE
+from islab.sky.names import TASK_ID_VARIABLE as SKY_TASK_VARIABLE
+from islab.sky.names import is_managed
 from islab.worker.checkpoint import check_compatible, load_checkpoint_for_rank
 from islab.worker.collectives import Collective
 
@@ -48,6 +51,11 @@ def restart_of(environ: dict[str, str]) -> str | None:
     k8s_job = environ.get(K8S_JOB_VARIABLE)
     if k8s_job:
         return f"Kubernetes job {k8s_job} started again"
+    # A managed SkyPilot job keeps its task id through every recovery, and the task id names the run
+    # directory on the job's storage: a recovery continues the job's own checkpoint there.
+    sky_task = environ.get(SKY_TASK_VARIABLE)
+    if is_managed(sky_task):
+        return f"SkyPilot managed job {sky_task} recovered"
     return None
 
 
