@@ -66,9 +66,10 @@ def test_the_nodes_get_the_flattened_spec_and_the_secrets_by_name(islab, tmp_pat
         "lib": "rsl_rl", "nnodes": 2, "num_envs": 4096, "seed": 7, "log_dir": "/somewhere/local",
         "rendezvous": {"timeout_s": 90}, "env": {"HF_TOKEN": SECRET_VALUE, "NCCL_DEBUG": "WARN"},
     }))  # fmt: skip
-    task, out, err = task_of(islab, "--cluster", str(cluster), "--gpus", "8", "--gpus-type", "H100", "--cloud", "AWS",
-                             "--name", "g1-2x8", "--logger", "wandb", "--bucket", "islab-runs", "--max-iterations",
-                             "5", "--env", "OMP_NUM_THREADS=4", "--secret", "HF_TOKEN", "algorithm.learning_rate=3e-4")  # fmt: skip
+    task, out, err = task_of(islab, "--cluster", str(cluster), "--gpus", "8", "--gpus-type", "H100", "--cloud",
+                             "AWS", "--name", "g1-2x8", "--logger", "wandb", "--bucket", "islab-runs",
+                             "--max-iterations", "5", "--env", "OMP_NUM_THREADS=4", "--secret", "HF_TOKEN",
+                             "algorithm.learning_rate=3e-4")  # fmt: skip
     assert SECRET_VALUE not in out + err
     assert task["name"] == "g1-2x8" and task["num_nodes"] == 2 and task["workdir"] == "."
     assert task["resources"] == {"accelerators": "H100:8", "infra": "aws"}

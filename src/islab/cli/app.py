@@ -54,11 +54,11 @@ from islab.resolve.edge import DryRunEdge
 from islab.resolve.resolve import Provided, ResolvedSpec, Source, resolve_spec
 from islab.run.supervise import ConsoleOptions, run_plan
 from islab.run.wandb_login import wandb_login_issue
-from islab.sky import allocation as sky_allocation
 from islab.rundir import (
     rank_log,
     write_launch_record,
 )
+from islab.sky import allocation as sky_allocation
 from islab.spec.addresses import split_host_port
 from islab.spec.issues import Issue, SpecError, mask_env
 

@@ -1,5 +1,6 @@
 """The subcommands: ``doctor`` (pre-flight checks), ``sbatch`` (a SLURM batch script), ``k8s`` (a
-Kubernetes job: :mod:`islab.cli.k8s_command`), ``sky`` (a SkyPilot task: :mod:`islab.cli.sky_command`), ``tasks``, ``play`` and ``export`` (a trained run:
+Kubernetes job: :mod:`islab.cli.k8s_command`), ``sky`` (a SkyPilot task:
+:mod:`islab.cli.sky_command`), ``tasks``, ``play`` and ``export`` (a trained run:
 :mod:`islab.policy.cli_commands`), ``sweep`` (many runs on Ray Tune: :mod:`islab.sweep`), ``fit`` (how many envs fit:
 :mod:`islab.cli.fit_command`).
 
@@ -23,10 +24,10 @@ from islab import rundir
 from islab.cli.app import checked, entry_args, fail, plan_for, resolve, source_of, typer_app
 from islab.cli.fit_command import FIT_EPILOG, FIT_HELP, fit_command
 from islab.cli.k8s_command import K8S_EPILOG, K8S_HELP, k8s_command
-from islab.cli.sky_command import SKY_EPILOG, SKY_HELP, sky_command
 from islab.cli.launch_checks import preflight_options, run_collective_check
 from islab.cli.options import OPTIONS, keyword, signature
 from islab.cli.policy_command import EXPORT_HELP, PLAY_HELP, export_command, play_command
+from islab.cli.sky_command import SKY_EPILOG, SKY_HELP, sky_command
 from islab.doctor import checks as doctor
 from islab.doctor import facts as doctor_facts
 from islab.doctor import report as doctor_report

@@ -128,7 +128,9 @@ def k8s_command(ctx: typer.Context, **options: Any) -> None:
         return KubernetesAllocation(fmt, name, nnodes if valid else 1, None if elastic else 0, master,
                                     RENDEZVOUS_PORT, origins).layer(chosen)  # fmt: skip
 
-    resolved = resolve(ctx, {**options, "slurm": None, "k8s": None, "sky": None}, slurm_layer=planned_allocation, elsewhere=True)
+    resolved = resolve(
+        ctx, {**options, "slurm": None, "k8s": None, "sky": None}, slurm_layer=planned_allocation, elsewhere=True
+    )
     spec = resolved.spec
     k8s = _k8s_options(options, name)
     try:

@@ -41,30 +41,96 @@ def _own(name: str, kind: Any, default: Any, help_text: str, *flags: str, metava
 
 
 SKY_OPTIONS = (
-    _own("format", str, DEFAULT_FORMAT, f"How it runs: {' | '.join(FORMATS)} (sky launch | sky jobs launch: "
-         "recovers from preemption).", metavar="FORMAT"),  # fmt: skip
-    _own("name", str | None, None, "The cluster's (job) or managed job's name. Default: islab-<date>-<time>.",
-         metavar="NAME"),  # fmt: skip
-    _own("gpus_type", str | None, None, "The accelerator, as 'sky show-gpus' lists it (H100, A100-80GB, L40S); "
-         "required for GPU ranks. The count is the ranks per node.", metavar="TYPE"),  # fmt: skip
-    _own("cloud", str | None, None, "resources.infra: aws, gcp, azure, kubernetes ... Default: SkyPilot picks the "
-         "cheapest it can reach.", metavar="CLOUD"),  # fmt: skip
-    _own("spot", bool, False, "Spot instances (resources.use_spot); needs --bucket or --volume for the run "
-         "directory.", "--spot"),  # fmt: skip
-    _own("bucket", str | None, None, f"The run directories' bucket, mounted at {RUNS_PATH} ({RUNS_STORAGE_MODE}): a "
-         "name SkyPilot creates, or s3://..., gs://... of an existing one.", metavar="NAME|URL"),  # fmt: skip
-    _own("volume", str | None, None, f"Instead of --bucket: a SkyPilot volume (sky volumes apply) mounted at "
-         f"{RUNS_PATH}.", metavar="NAME"),  # fmt: skip
-    _own("image", str | None, None, "resources.image_id: a Docker image the nodes run in (e.g. "
-         "nvcr.io/nvidia/isaac-lab:3.0.0).", metavar="IMAGE"),  # fmt: skip
-    _own("workdir", str | None, ".", "Synced to every node; setup and run start there. Default: . (the islab-train "
-         "checkout).", metavar="DIR"),  # fmt: skip
-    _own("setup", str | None, None, "The setup script. Default: pip install -e . (with the extras the run needs) "
-         "into the ranks' interpreter (--python).", metavar="SCRIPT"),  # fmt: skip
-    _own("env", list[str] | None, None, "NAME=VALUE in the task's envs (repeatable; sky launch --env overrides).",
-         "--env", metavar="NAME=VALUE"),  # fmt: skip
-    _own("secret", list[str] | None, None, "A secret's NAME (repeatable): 'secrets: NAME: null' in the file, the value "
-         "from your environment at launch (sky launch --secret NAME).", "--secret", metavar="NAME"),  # fmt: skip
+    _own(
+        "format",
+        str,
+        DEFAULT_FORMAT,
+        f"How it runs: {' | '.join(FORMATS)} (sky launch | sky jobs launch: recovers from preemption).",
+        metavar="FORMAT",
+    ),
+    _own(
+        "name",
+        str | None,
+        None,
+        "The cluster's (job) or managed job's name. Default: islab-<date>-<time>.",
+        metavar="NAME",
+    ),
+    _own(
+        "gpus_type",
+        str | None,
+        None,
+        "The accelerator, as 'sky show-gpus' lists it (H100, A100-80GB, L40S); "
+        "required for GPU ranks. The count is the ranks per node.",
+        metavar="TYPE",
+    ),
+    _own(
+        "cloud",
+        str | None,
+        None,
+        "resources.infra: aws, gcp, azure, kubernetes ... Default: SkyPilot picks the cheapest it can reach.",
+        metavar="CLOUD",
+    ),
+    _own(
+        "spot",
+        bool,
+        False,
+        "Spot instances (resources.use_spot); needs --bucket or --volume for the run directory.",
+        "--spot",
+    ),
+    _own(
+        "bucket",
+        str | None,
+        None,
+        f"The run directories' bucket, mounted at {RUNS_PATH} ({RUNS_STORAGE_MODE}): a "
+        "name SkyPilot creates, or s3://..., gs://... of an existing one.",
+        metavar="NAME|URL",
+    ),
+    _own(
+        "volume",
+        str | None,
+        None,
+        f"Instead of --bucket: a SkyPilot volume (sky volumes apply) mounted at {RUNS_PATH}.",
+        metavar="NAME",
+    ),
+    _own(
+        "image",
+        str | None,
+        None,
+        "resources.image_id: a Docker image the nodes run in (e.g. nvcr.io/nvidia/isaac-lab:3.0.0).",
+        metavar="IMAGE",
+    ),
+    _own(
+        "workdir",
+        str | None,
+        ".",
+        "Synced to every node; setup and run start there. Default: . (the islab-train checkout).",
+        metavar="DIR",
+    ),
+    _own(
+        "setup",
+        str | None,
+        None,
+        "The setup script. Default: pip install -e . (with the extras the run needs) "
+        "into the ranks' interpreter (--python).",
+        metavar="SCRIPT",
+    ),
+    _own(
+        "env",
+        list[str] | None,
+        None,
+        "NAME=VALUE in the task's envs (repeatable; sky launch --env overrides).",
+        "--env",
+        metavar="NAME=VALUE",
+    ),
+    _own(
+        "secret",
+        list[str] | None,
+        None,
+        "A secret's NAME (repeatable): 'secrets: NAME: null' in the file, the value "
+        "from your environment at launch (sky launch --secret NAME).",
+        "--secret",
+        metavar="NAME",
+    ),
     _own("output", Path | None, None, "Write the task to FILE instead of stdout.", "-o", "--output", metavar="FILE"),
 )
 

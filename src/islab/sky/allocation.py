@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from islab.resolve.layers import Provided
-from islab.resolve.slurm import PORT_BASE, PORT_SPAN, job_port, launcher_chosen
+from islab.resolve.slurm import PORT_BASE, PORT_SPAN, job_port, rendezvous_layer
 from islab.sky.names import (
     GPUS_PER_NODE_VARIABLE,
     NODE_IPS_VARIABLE,
@@ -40,7 +40,6 @@ from islab.sky.names import (
     NUM_NODES_VARIABLE,
     TASK_ID_VARIABLE,
 )
-from islab.spec.addresses import join_host_port
 from islab.spec.issues import Issue, SpecError
 
 # Without a task id (islab-train started by hand with SkyPilot's variables): torchrun's own default port.
@@ -90,17 +89,9 @@ class SkyPilotAllocation:
         }
         if self.gpus_per_node > 0:
             layer["nproc_per_node"] = Provided(self.gpus_per_node, GPUS_PER_NODE_VARIABLE)
-        address = join_host_port(self.master_host, self.port)
-        if launcher_chosen(chosen) == "skrl-jax":
-            layer["coordinator_address"] = Provided(address, f"{host_origin} and {port_origin}")
-        elif chosen.get("rendezvous.backend") == "c10d":
-            layer["rendezvous.endpoint"] = Provided(address, f"{host_origin} and {port_origin}")
-            if "rendezvous.id" not in chosen and self.run_leaf:
-                layer["rendezvous.id"] = Provided(self.run_leaf, TASK_ID_VARIABLE)
-        else:
-            layer["rendezvous.master_addr"] = Provided(self.master_host, host_origin)
-            layer["rendezvous.master_port"] = Provided(self.port, port_origin)
-        return layer
+        rendezvous_id = Provided(self.run_leaf, TASK_ID_VARIABLE) if self.run_leaf else None
+        return layer | rendezvous_layer(chosen, Provided(self.master_host, host_origin),
+                                        Provided(self.port, port_origin), rendezvous_id)  # fmt: skip
 
 
 def _refuse(variable: str, problem: str) -> SpecError:
@@ -132,7 +123,8 @@ def allocation_from_environ(environ: Mapping[str, str]) -> SkyPilotAllocation:
     if node_rank >= nnodes:
         raise _refuse(NODE_RANK_VARIABLE, f"is {node_rank}, not below {NUM_NODES_VARIABLE}={nnodes}")
     task_id = environ.get(TASK_ID_VARIABLE, "").strip() or None
-    return SkyPilotAllocation(nnodes, node_rank, hosts, task_id, _count(environ, GPUS_PER_NODE_VARIABLE, required=False))
+    gpus = _count(environ, GPUS_PER_NODE_VARIABLE, required=False)
+    return SkyPilotAllocation(nnodes, node_rank, hosts, task_id, gpus)
 
 
 __all__ = ["SkyPilotAllocation", "allocation_from_environ", "in_skypilot_run"]

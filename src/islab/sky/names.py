@@ -39,6 +39,7 @@ def is_managed(task_id: str | None) -> bool:
     """A managed job's task id (``sky jobs launch``): the same in every recovery of the job."""
     return bool(task_id) and str(task_id).startswith(MANAGED_TASK_PREFIX)
 
+
 # The clouds SkyPilot knows, lower case (sky/skylet/constants.py ALL_CLOUDS; tests/sky checks the
 # installed SkyPilot's list against this one).
 CLOUDS: tuple[str, ...] = ()

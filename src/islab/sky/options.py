@@ -110,8 +110,9 @@ def env_issues(options: SkyOptions) -> list[Issue]:
         elif is_secret_name(name):
             issues.append(Issue(f"--env {name}", "looks secret, and its value would be written into the task file "
                                 "(and stay in your shell history)",
-                                f"Pass the name only, --secret {name}: the file then says 'secrets: {name}: null' and "
-                                f"'sky launch --secret {name}' sends the value from your environment at launch"))  # fmt: skip
+                                f"Pass the name only, --secret {name}: the file then says 'secrets: {name}: null' "
+                                f"and 'sky launch --secret {name}' sends the value from your environment at "
+                                "launch"))  # fmt: skip
     for name in options.secrets:
         if not ENV_NAME.fullmatch(name):
             problem = "holds a value" if "=" in name else "is not a valid variable name"
