@@ -10,10 +10,12 @@ each value came from (`source: sky, SKYPILOT_NODE_RANK`).
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 
 import pytest
 import yaml
 
+from islab.cli.sky_command import run_extras
 from islab.sky.allocation import allocation_from_environ, in_skypilot_run
 from islab.sky.names import RUNS_PATH
 from islab.spec.issues import SpecError
@@ -109,6 +111,14 @@ def test_an_existing_bucket_is_mounted_by_its_url_and_a_cpu_job_has_no_accelerat
     task, _, err = task_of(islab, "--device", "cpu")  # no storage: the node's own disk, and a warning
     assert "file_mounts" not in task and "volumes" not in task and "--log-dir" not in task["run"]
     assert "warning: no --bucket or --volume" in err
+
+
+def test_setup_installs_the_extras_the_run_needs():
+    """skrl-JAX's, W&B's, and a task's own: mjlab's tasks announce the [mjlab] extra in their entry point."""
+    mjlab = SimpleNamespace(task="Mjlab-Velocity-Flat-Unitree-Go1", ml_framework="torch", logger="tensorboard")
+    assert run_extras(mjlab) == ("mjlab",)
+    jax = SimpleNamespace(task="Islab-Cartpole-v0", ml_framework="jax", logger="wandb")
+    assert run_extras(jax) == ("jax", "wandb")
 
 
 # ----------------------------------------------------------------------------------------------

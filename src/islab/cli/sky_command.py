@@ -28,6 +28,7 @@ from islab.sky.names import CLOUDS, DEFAULT_FORMAT, FORMATS, RUNS_PATH, RUNS_STO
 from islab.sky.options import SkyOptions, option_issues
 from islab.sky.task import SkyJob, build, header, launch_commands, render
 from islab.spec.issues import Issue, SpecError
+from islab.tasks.registry import TASKS
 
 PANEL_SKY = "SkyPilot"
 # What the planned allocation calls node 0 while the file is written (each node reads the real IP).
@@ -185,8 +186,7 @@ def sky_command(ctx: typer.Context, **options: Any) -> None:
     except SpecError as exc:
         fail(exc)
     command = (*command[:3], "--sky", *command[3:])  # python -m islab.cli --sky ...
-    extras = tuple(extra for extra, wanted in (("jax", spec.ml_framework == "jax"), ("wandb", spec.logger == "wandb"))
-                   if wanted)  # fmt: skip
+    extras = run_extras(spec)
     job = SkyJob(sky, command, spec.nnodes, spec.nproc_per_node, spec.device, command[0], extras, spec.env,
                  wandb=spec.logger == "wandb")  # fmt: skip
     path = str(options["output"]) if options["output"] is not None else "task.yaml"
@@ -205,6 +205,13 @@ def sky_command(ctx: typer.Context, **options: Any) -> None:
 sky_command.__signature__ = signature(  # type: ignore[attr-defined]
     train=False, exclude=EXCLUDED_OPTIONS, own=SKY_OPTIONS
 )
+
+
+def run_extras(spec: Any) -> tuple[str, ...]:
+    """islab-train's extras a node needs for this run: skrl-JAX's, W&B's, the task's own (mjlab's tasks)."""
+    task_extra = TASKS.entry(spec.task).extra if spec.task in TASKS.entries else ""
+    wanted = (("jax", spec.ml_framework == "jax"), ("wandb", spec.logger == "wandb"), (task_extra, bool(task_extra)))
+    return tuple(extra for extra, needed in wanted if needed)
 
 
 def _say_what_next(job: SkyJob, spec: Any, path: str, *, written: bool) -> None:
