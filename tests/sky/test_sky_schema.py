@@ -38,13 +38,20 @@ FORMATS = {
     "managed-volume": ["--format", "managed", "--gpus", "4", "--gpus-type", "L40S", "--cloud", "gcp", "--spot",
                        "--volume", "islab-runs", "--secret", "HF_TOKEN"],
 }  # fmt: skip
-# One misspelled field per format, in the part SkyPilot validates for that format.
+# One misspelled field per format, in each part SkyPilot validates: (where, the field, its misspelling).
 PLANTED = {
-    "job": ("num_node", lambda task: task.update(num_node=task.pop("num_nodes"))),
-    "job-cpu-node-disk": ("env", lambda task: task.update(env=task.pop("envs"))),
-    "managed": ("job_recovry", lambda task: task["resources"].update(job_recovry=task["resources"].pop("job_recovery"))),
-    "managed-volume": ("use-spot", lambda task: task["resources"].update({"use-spot": task["resources"].pop("use_spot")})),
-}  # fmt: skip
+    "job": ((), "num_nodes", "num_node"),
+    "job-cpu-node-disk": ((), "envs", "env"),
+    "managed": (("resources",), "job_recovery", "job_recovry"),
+    "managed-volume": (("resources",), "use_spot", "use-spot"),
+}
+
+
+def misspell(task: dict[str, Any], where: tuple[str, ...], field: str, wrong: str) -> None:
+    holder = task
+    for key in where:
+        holder = holder[key]
+    holder[wrong] = holder.pop(field)
 
 
 def task_of(tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str) -> dict[str, Any]:
@@ -83,11 +90,11 @@ def test_skypilot_loads_every_format(tmp_path, capsys, monkeypatch, fmt):
 def test_a_misspelled_field_is_refused(tmp_path, capsys, monkeypatch, fmt):
     monkeypatch.chdir(tmp_path)
     task = task_of(tmp_path, capsys, fmt)
-    field, plant = PLANTED[fmt]
-    plant(task)
+    where, field, wrong = PLANTED[fmt]
+    misspell(task, where, field, wrong)
     with pytest.raises(Exception) as refused:  # SkyPilot raises jsonschema's or its own ValueError subclasses
         load(task)
-    assert field in str(refused.value), refused.value
+    assert wrong in str(refused.value), refused.value
 
 
 def test_our_cloud_names_are_skypilot_s():
