@@ -60,7 +60,7 @@ SKY_OPTIONS = (
         "gpus_type",
         str | None,
         None,
-        "The accelerator, as 'sky show-gpus' lists it (H100, A100-80GB, L40S); "
+        "The accelerator, as 'sky gpus list' lists it (H100, A100-80GB, L40S); "
         "required for GPU ranks. The count is the ranks per node.",
         metavar="TYPE",
     ),

@@ -40,6 +40,10 @@ def is_managed(task_id: str | None) -> bool:
     return bool(task_id) and str(task_id).startswith(MANAGED_TASK_PREFIX)
 
 
-# The clouds SkyPilot knows, lower case (sky/skylet/constants.py ALL_CLOUDS; tests/sky checks the
-# installed SkyPilot's list against this one).
-CLOUDS: tuple[str, ...] = ()
+# The clouds SkyPilot 0.14 knows (sky/skylet/constants.py ALL_CLOUDS; tests/sky/test_sky_schema.py compares
+# them with the installed SkyPilot's): resources.infra's first part.
+CLOUDS: tuple[str, ...] = (
+    "aws", "azure", "gcp", "ibm", "lambda", "scp", "oci", "kubernetes", "runpod", "vast", "vsphere", "cudo",
+    "fluidstack", "paperspace", "primeintellect", "do", "nebius", "ssh", "slurm", "hyperbolic", "seeweb",
+    "shadeform", "yotta", "mithril", "verda",
+)  # fmt: skip

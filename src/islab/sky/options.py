@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from islab.sky.names import DEFAULT_FORMAT, FORMATS
 from islab.spec.issues import Issue, is_secret_name, suggest
 
-# SkyPilot's cluster names (sky/utils/common_utils.py: check_cluster_name_is_valid; managed job names
-# become the job cluster's name): a letter first, then letters, digits, '-', '_', '.', ending on a letter or digit.
+# SkyPilot's cluster names (sky/skylet/constants.py CLUSTER_NAME_VALID_REGEX; a managed job's name names its
+# cluster): a letter first, then letters, digits, '-', '_', '.', ending on a letter or digit.
 NAME = re.compile(r"[a-zA-Z]([-_.a-zA-Z0-9]*[a-zA-Z0-9])?")
-# An accelerator name as `sky show-gpus` lists it (H100, A100-80GB, L40S, tpu-v5p-8 ...); we add ":<count>".
+# An accelerator name as `sky gpus list` lists it (H100, A100-80GB, L40S, tpu-v5p-8 ...); we add ":<count>".
 ACCELERATOR = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # SkyPilot's task schema: envs keys
 BUCKET_URL = re.compile(r"[a-z0-9]+://\S+")  # s3://, gs://, r2://, https://<account>.blob... : an existing bucket
@@ -68,11 +68,11 @@ def option_issues(
                             "e.g. --name cartpole-2x8"))  # fmt: skip
     if options.gpus_type is not None and not ACCELERATOR.fullmatch(options.gpus_type):
         issues.append(Issue("--gpus-type", f"{options.gpus_type!r} is not an accelerator name",
-                            "Give the type alone, as 'sky show-gpus' lists it (e.g. --gpus-type H100); the count "
+                            "Give the type alone, as 'sky gpus list' lists it (e.g. --gpus-type H100); the count "
                             "follows the ranks per node (--gpus N)"))  # fmt: skip
     if device == "cuda" and options.gpus_type is None:
         issues.append(Issue("--gpus-type", "is required for GPU ranks: without it SkyPilot starts nodes without GPUs",
-                            "Name the accelerator, e.g. --gpus-type H100 ('sky show-gpus' lists them), or train on "
+                            "Name the accelerator, e.g. --gpus-type H100 ('sky gpus list' lists them), or train on "
                             "CPUs with --device cpu --nproc N"))  # fmt: skip
     if device == "cpu" and options.gpus_type is not None:
         issues.append(Issue("--gpus-type", f"asks for {options.gpus_type} GPUs for CPU ranks (--device cpu)",
