@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from paths import REPO
 
 from islab.cli.sky_command import run_extras
 from islab.sky.allocation import allocation_from_environ, in_skypilot_run
@@ -181,3 +182,20 @@ def test_dry_run_inside_a_node_shows_the_allocation(islab, monkeypatch):
     monkeypatch.delenv("ISLAB_NNODES")
     code, out, _ = islab("--device", "cpu", "--no-sky", "--dry-run")
     assert code == 0 and TASK_ID not in out and re.search(r"nnodes += 1 +\(source: default", out), out
+
+
+# ----------------------------------------------------------------------------------------------
+# docs/CLOUD.md: its task is what the command writes
+# ----------------------------------------------------------------------------------------------
+
+
+def test_the_docs_task_is_what_the_command_writes(islab, tmp_path):
+    text = (REPO / "docs" / "CLOUD.md").read_text()
+    command = re.search(r"^    (islab-train sky --format managed .*--name rsl-2x8 -o task\.yaml)$", text, re.M).group(1)
+    block = re.search(r"```yaml\n(# Written by `islab-train sky --format managed`.*?)```", text, re.S).group(1)
+    args = command.split()[1:]
+    args[args.index("-o") + 1] = str(tmp_path / "task.yaml")
+    code, _, err = islab(*args)
+    assert code == 0, err
+    written = (tmp_path / "task.yaml").read_text().replace(str(tmp_path / "task.yaml"), "task.yaml")
+    assert written == block, "docs/CLOUD.md's task is out of date: write it again with the command above it"
