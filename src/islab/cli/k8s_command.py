@@ -13,16 +13,17 @@ run directories' root (the volume at :data:`~islab.k8s.names.RUNS_MOUNT`); the c
 
 from __future__ import annotations
 
+import functools
 import sys
 from datetime import datetime
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from islab.cli.app import _apply_gpus, _layers, fail, resolve
-from islab.cli.options import OPTIONS, keyword, signature
+from islab.cli.options import OPTIONS, own_option, signature
 from islab.k8s import manifests
 from islab.k8s.allocation import KubernetesAllocation
 from islab.k8s.names import DEFAULT_FORMAT, DEFAULT_RUNTIME, FORMATS, RENDEZVOUS_PORT, RUNS_MOUNT
@@ -43,10 +44,7 @@ EXCLUDED_OPTIONS = ("slurm", "k8s", "sky", "node_rank", "master_addr", "master_p
 BY_FIELD = {option.field: option for option in OPTIONS if option.field not in (None, "entrypoint")}
 
 
-def _own(name: str, kind: Any, default: Any, help_text: str, *flags: str, metavar: str | None = None) -> Any:
-    extra = {"metavar": metavar} if metavar else {}
-    return keyword(name, Annotated[kind, typer.Option(*flags, help=help_text, rich_help_panel=PANEL_K8S, **extra)],
-                   default)  # fmt: skip
+_own = functools.partial(own_option, PANEL_K8S)
 
 
 K8S_OPTIONS = (

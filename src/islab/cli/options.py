@@ -130,6 +130,15 @@ def keyword(name: str, annotation: Any, default: Any) -> inspect.Parameter:
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
 
 
+def own_option(
+    panel: str, name: str, kind: Any, default: Any, help_text: str, *flags: str, metavar: str | None = None
+) -> inspect.Parameter:
+    """A subcommand's own option (``k8s --image``, ``sky --gpus-type``: not in the table), in its help panel."""
+    extra = {"metavar": metavar} if metavar else {}
+    option = typer.Option(*flags, help=help_text, rich_help_panel=panel, **extra)
+    return keyword(name, Annotated[kind, option], default)
+
+
 def worker_options() -> tuple[Option, ...]:
     """The rows of the worker options declared in :mod:`islab.spec.worker_args` with their own
     spec field (``cli``): the same flag as the worker's, the spec field of the row's name."""

@@ -12,16 +12,17 @@ file's env becomes the task's ``envs``, secret-looking names its ``secrets`` (ne
 
 from __future__ import annotations
 
+import functools
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from islab.cli.app import fail, resolve
 from islab.cli.k8s_command import EXCLUDED_OPTIONS, pod_command
-from islab.cli.options import keyword, signature
+from islab.cli.options import own_option, signature
 from islab.plan.plan import run_dir_for
 from islab.sky.allocation import SkyPilotAllocation
 from islab.sky.names import CLOUDS, DEFAULT_FORMAT, FORMATS, RUNS_PATH, RUNS_STORAGE_MODE, TASK_ID_VARIABLE
@@ -35,10 +36,7 @@ PANEL_SKY = "SkyPilot"
 PLANNED_HEAD = "skypilot-node-0"
 
 
-def _own(name: str, kind: Any, default: Any, help_text: str, *flags: str, metavar: str | None = None) -> Any:
-    extra = {"metavar": metavar} if metavar else {}
-    return keyword(name, Annotated[kind, typer.Option(*flags, help=help_text, rich_help_panel=PANEL_SKY, **extra)],
-                   default)  # fmt: skip
+_own = functools.partial(own_option, PANEL_SKY)
 
 
 SKY_OPTIONS = (
