@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -12,14 +14,14 @@ from islab import cli
 
 # One JAX compilation cache for the whole session, inherited by every rank the tests start: the
 # skrl-JAX tests compile the same programs again and again (a 2-iteration run: ~17 s cold, ~6 s
-# warm on a 2-core machine). A per-session directory keeps runs independent of each other.
-_JAX_CACHE = {
-    "JAX_COMPILATION_CACHE_DIR": tempfile.mkdtemp(prefix="islab-tests-jax-cache-"),
-    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
-}
-for _name, _value in _JAX_CACHE.items():
-    os.environ.setdefault(_name, _value)
+# warm on a 2-core machine). A per-session directory keeps runs independent of each other;
+# pytest-xdist's workers inherit the controller's (one cache for both workers), and the process
+# that made it removes it at exit.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="islab-tests-jax-cache-")
+    atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 # The suite's settings (the pre-flight off for tests about something else: tests/child_env.py) hold
 # for in-process runs too, and for processes started with this environment.

@@ -5,6 +5,7 @@ Shared by the end-to-end, task, environment and resume tests; each test names wh
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -68,3 +69,51 @@ def train_one_rank(log_dir: Path, lib: str, ml_framework: str) -> Path:
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     (run_dir,) = log_dir.glob("*/*/*")
     return run_dir
+
+
+def summary_table(output: str) -> dict[str, str]:
+    """The rows of the end-of-run table as printed (a long value folds onto the next lines)."""
+    rows: dict[str, str] = {}
+    label = None
+    for line in output.splitlines():
+        cells = [cell.strip() for cell in line.replace("|", "│").split("│")[1:-1]]
+        if len(cells) == 2 and cells[0]:
+            label, rows[cells[0]] = cells[0], cells[1]
+        elif len(cells) == 2 and label is not None:
+            rows[label] += cells[1]
+    return rows
+
+
+def env_generator_at_start(run_dir: Path, rank: int) -> str:
+    prefix = f"[islab] rank {rank} env generator at start: "
+    log = (run_dir / "logs" / f"rank_{rank}.log").read_text()
+    (line,) = [line for line in log.splitlines() if line.startswith(prefix)]
+    return line.removeprefix(prefix)
+
+
+def check_two_ranks_hold_one_policy(run_dir: Path, output: str, iterations: int, ml_framework: str) -> None:
+    """What every 2-rank CPU run through the launcher must leave: both rank logs, rank 0's
+    TensorBoard events, a summary of ``iterations`` on 2 ranks naming a loadable islab checkpoint
+    (in summary.json and the printed table) beside the library's own, and the same policy on both
+    ranks, reached from envs seeded apart."""
+    import torch
+
+    assert (run_dir / "logs" / "rank_0.log").is_file() and (run_dir / "logs" / "rank_1.log").is_file()
+    assert list(run_dir.rglob("events.out.tfevents*")), "rank 0 wrote no TensorBoard events"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["iterations"] == iterations
+    checkpoint = Path(summary["checkpoint"])
+    assert checkpoint.is_file() and checkpoint.is_relative_to(run_dir)
+    # summary.json and the summary table name the same islab checkpoint (issue 14 item 14); the
+    # library's own file is under its own key
+    assert checkpoint.parent == run_dir / "checkpoints", summary
+    assert summary_table(output)["checkpoint"] == str(checkpoint)
+    assert Path(summary["library_checkpoint"]).is_file() and summary["library_checkpoint"] != summary["checkpoint"]
+    if ml_framework == "torch":
+        torch.load(checkpoint, map_location="cpu", weights_only=True)
+
+    digests = [json.loads((run_dir / "digests" / f"rank_{r}.json").read_text())["policy_sha256"] for r in (0, 1)]
+    assert digests[0] == digests[1], "the two ranks ended with different policies"
+    # ... from envs seeded apart (seed + rank): the env generators differ before the first step
+    starts = [env_generator_at_start(run_dir, rank) for rank in (0, 1)]
+    assert starts[0] != starts[1], f"both ranks' envs started from the same generator state {starts[0]}"

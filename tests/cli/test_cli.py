@@ -228,7 +228,7 @@ def test_usage_errors(islab, args, fragments):
     assert len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("command", ["play", "export"])
+@pytest.mark.parametrize("command", ["play", "export", "eval"])
 def test_play_and_export_without_a_run_directory_say_it_is_missing(islab, command):
     err = assert_usage_error(islab(command), "RUN_DIR: the run directory is missing", f"islab-train {command} logs/")
     assert len(err.strip().splitlines()) == 1

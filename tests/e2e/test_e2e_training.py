@@ -1,6 +1,7 @@
 """End to end through the real launcher: `islab-train ... --device cpu --nproc 2` with real torchrun
 (or skrl's JAX launcher path), real gloo collectives, real libraries. Each job must exit 0, write
-TensorBoard events and a loadable checkpoint, and leave both ranks with the identical policy."""
+TensorBoard events and a loadable checkpoint, and leave both ranks with the identical policy (that is
+checked on every library path's 2-rank learning run: tests/e2e/test_learning.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 from child_env import child_env
 from prerequisites import require_modules
 from training_runs import ISLAB_TRAIN, PATHS, launch
@@ -20,59 +20,9 @@ from training_runs import ISLAB_TRAIN, PATHS, launch
 TASK = "Islab-Cartpole-v0"
 
 
-def summary_table(output: str) -> dict[str, str]:
-    """The rows of the end-of-run table as printed (a long value folds onto the next lines)."""
-    rows: dict[str, str] = {}
-    label = None
-    for line in output.splitlines():
-        cells = [cell.strip() for cell in line.replace("|", "│").split("│")[1:-1]]
-        if len(cells) == 2 and cells[0]:
-            label, rows[cells[0]] = cells[0], cells[1]
-        elif len(cells) == 2 and label is not None:
-            rows[label] += cells[1]
-    return rows
-
-
 def the_run_dir(tmp_path: Path, lib: str) -> Path:
     (run_dir,) = (tmp_path / "logs" / lib / TASK).glob("*_e2e")
     return run_dir
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(("lib", "ml_framework"), PATHS)
-def test_two_cpu_ranks_train_and_hold_the_same_policy(tmp_path: Path, lib: str, ml_framework: str) -> None:
-    if ml_framework == "jax":
-        require_modules("jax")
-    result = launch(tmp_path, lib, ml_framework)
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    run_dir = the_run_dir(tmp_path, lib)
-
-    assert (run_dir / "logs" / "rank_0.log").is_file() and (run_dir / "logs" / "rank_1.log").is_file()
-    assert list(run_dir.rglob("events.out.tfevents*")), "rank 0 wrote no TensorBoard events"
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["world_size"] == 2 and summary["iterations"] == 3
-    checkpoint = Path(summary["checkpoint"])
-    assert checkpoint.is_file() and checkpoint.is_relative_to(run_dir)
-    # summary.json and the summary table name the same islab checkpoint (issue 14 item 14); the
-    # library's own file is under its own key
-    assert checkpoint.parent == run_dir / "checkpoints", summary
-    assert summary_table(result.stdout + result.stderr)["checkpoint"] == str(checkpoint)
-    assert Path(summary["library_checkpoint"]).is_file() and summary["library_checkpoint"] != summary["checkpoint"]
-    if ml_framework == "torch":
-        torch.load(checkpoint, map_location="cpu", weights_only=True)
-
-    digests = [json.loads((run_dir / "digests" / f"rank_{r}.json").read_text())["policy_sha256"] for r in (0, 1)]
-    assert digests[0] == digests[1], "the two ranks ended with different policies"
-    # ... from envs seeded apart (seed + rank): the env generators differ before the first step
-    starts = [env_generator_at_start(run_dir, rank) for rank in (0, 1)]
-    assert starts[0] != starts[1], f"both ranks' envs started from the same generator state {starts[0]}"
-
-
-def env_generator_at_start(run_dir: Path, rank: int) -> str:
-    prefix = f"[islab] rank {rank} env generator at start: "
-    log = (run_dir / "logs" / f"rank_{rank}.log").read_text()
-    (line,) = [line for line in log.splitlines() if line.startswith(prefix)]
-    return line.removeprefix(prefix)
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from adapters import TASK, build_adapter
 from child_env import child_env
+from training_runs import check_two_ranks_hold_one_policy
 
 from islab import rundir
 from islab.envs import make_env
@@ -65,7 +66,7 @@ TWO_RANK_BUDGETS = [
 def test_two_cpu_ranks_learn_cartpole(tmp_path: Path, lib: str, framework: str, num_envs: int, iterations: int) -> None:
     """The real launch (islab-train, 2 CPU ranks, gradients averaged across them) learns: rank 0's
     training episodes go from what an untrained policy scores (< 100, first iteration) to >= 200."""
-    env = child_env(("ISLAB_", "RANK", "WORLD_SIZE", "JAX_"))
+    env = child_env(("ISLAB_", "RANK", "WORLD_SIZE", "JAX_PLATFORMS"))  # the suite's JAX cache stays
     env.update(ISLAB_THREADS_PER_RANK="1", CUDA_VISIBLE_DEVICES="")
     command = [
         sys.executable, "-m", "islab.cli", "--lib", lib, "--ml-framework", framework, "--device", "cpu",
@@ -83,3 +84,4 @@ def test_two_cpu_ranks_learn_cartpole(tmp_path: Path, lib: str, framework: str, 
     assert summary["world_size"] == 2 and summary["iterations"] == iterations
     assert returns and returns[0] < 100, f"the untrained policy already scores high: {scores}"
     assert summary["mean_return"] is not None and summary["mean_return"] >= 200, scores
+    check_two_ranks_hold_one_policy(summary_path.parent, done.stdout + done.stderr, iterations, framework)

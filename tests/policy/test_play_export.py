@@ -118,11 +118,11 @@ def test_export_without_the_onnx_extra_writes_torchscript(trained_run: Path) -> 
 
 
 @pytest.mark.slow
-def test_play_is_the_deterministic_policy_and_writes_eval_json(trained_run: Path) -> None:
+def test_play_is_the_deterministic_policy_and_writes_play_json(trained_run: Path) -> None:
     done = islab_train("play", str(trained_run), "--episodes", "6", "--num-envs", "3", "--json")
     assert done.returncode == 0, done.stderr[-3000:]
     printed = json.loads(done.stdout)
-    written = json.loads((trained_run / rundir.EVAL_FILE).read_text())
+    written = json.loads((trained_run / rundir.PLAY_FILE).read_text())
     assert printed == written and set(written) >= EVAL_KEYS
     assert written["episodes"] == 6 and written["checkpoint_iteration"] == 2
     ret, length = written["return"], written["length"]
@@ -175,7 +175,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, islab) -> None:
         code, _out, err = islab(*args)
         assert code == 2, args
         assert err.startswith(start) and err.count("\n") == 1, (args, err)
-    assert not (run_dir / rundir.EVAL_FILE).exists() and not (run_dir / rundir.EXPORT_DIR).exists()
+    assert not (run_dir / rundir.PLAY_FILE).exists() and not (run_dir / rundir.EXPORT_DIR).exists()
 
 
 @pytest.mark.slow  # the session's one 1-rank rsl_rl run (trained here when no other test did)

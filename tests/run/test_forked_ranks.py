@@ -44,7 +44,8 @@ def torchrun_args(argv: tuple[str, ...]):
 
 def test_cpu_ranks_of_our_worker_are_forked_from_the_agent() -> None:
     argv, env, planned = node_command(device="cpu", nproc_per_node=2)
-    assert argv[:5] == (sys.executable, "-m", QUICK_EXIT_MODULE, "-m", MODULE)
+    # the agent imports the library's adapter once, before it forks the ranks
+    assert argv[:7] == (sys.executable, "-m", QUICK_EXIT_MODULE, "--import", "islab.libs.rsl_rl", "-m", MODULE)
     args = torchrun_args(argv)
     assert args.run_path and args.start_method == "fork" and not args.module
     assert Path(args.training_script) == ENTRY_SCRIPT
@@ -95,9 +96,25 @@ def test_a_real_cpu_launch_trains_on_ranks_forked_from_the_agent(tmp_path: Path)
                     continue
         assert len(parents) == 2, process.stderr.read() if process.poll() is not None else parents
         for agent in parents.values():
-            assert agent[1:5] == ["-m", QUICK_EXIT_MODULE, "-m", MODULE] and "--run-path" in agent, agent
+            assert agent[1:3] == ["-m", QUICK_EXIT_MODULE] and "--run-path" in agent, agent
+            assert agent[agent.index(QUICK_EXIT_MODULE) + 1 :].index("-m") == 2, agent  # one --import
         assert process.wait(timeout=300) == 0, process.stderr.read()
+        for rank in (0, 1):  # ... which the ranks found imported: no rank paid for rsl_rl's import
+            (log,) = tmp_path.glob(f"*/*/*_fork/logs/rank_{rank}.log")
+            assert "islab.libs.rsl_rl imported by torchrun's agent" in log.read_text()
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_the_agent_imports_what_it_is_told_before_the_module_runs(tmp_path: Path) -> None:
+    """quick_exit's ``--import``: imported before ``-m MODULE`` runs; a module that fails to import is
+    left to the ranks (they import it again and report it), not a failure of the agent."""
+    (tmp_path / "preloaded_mod.py").write_text("")
+    (tmp_path / "check_mod.py").write_text("import sys\nprint('preloaded_mod' in sys.modules)\n")
+    command = [sys.executable, "-m", QUICK_EXIT_MODULE, "--import", "preloaded_mod", "--import", "no_such_mod",
+               "-m", "check_mod"]  # fmt: skip
+    env = {**child_env(), "PYTHONPATH": f"{tmp_path}:{child_env().get('PYTHONPATH', '')}"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert (done.returncode, done.stdout.strip()) == (0, "True"), done.stderr

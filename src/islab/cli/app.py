@@ -80,7 +80,7 @@ NO_CHECK_OPTIONS = PreflightOptions()  # the defaults: pre-flight on, 60 s
 GPUS_ALL_ASSUMED = "no CUDA device is visible here, so this plan assumes 1 GPU per node"
 
 # The subcommands beside the training command (islab.cli.commands registers each; --help lists them).
-SUBCOMMANDS = ("doctor", "sbatch", "k8s", "sky", "tasks", "play", "export", "sweep", "fit")
+SUBCOMMANDS = ("doctor", "sbatch", "k8s", "sky", "tasks", "play", "eval", "export", "sweep", "fit")
 
 EPILOG = f"""\
 [bold]Examples[/bold]

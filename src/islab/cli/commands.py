@@ -1,8 +1,8 @@
 """The subcommands: ``doctor`` (pre-flight checks), ``sbatch`` (a SLURM batch script), ``k8s`` (a
-Kubernetes job: :mod:`islab.cli.k8s_command`), ``sky`` (a SkyPilot task:
-:mod:`islab.cli.sky_command`), ``tasks``, ``play`` and ``export`` (a trained run:
-:mod:`islab.policy.cli_commands`), ``sweep`` (many runs on Ray Tune: :mod:`islab.sweep`), ``fit`` (how many envs fit:
-:mod:`islab.cli.fit_command`).
+Kubernetes job: :mod:`islab.cli.k8s_command`), ``sky`` (a SkyPilot task: :mod:`islab.cli.sky_command`),
+``tasks``, ``play`` and ``export`` (a trained run: :mod:`islab.policy.cli_commands`), ``eval`` (every kept
+checkpoint of a run: :mod:`islab.cli.eval_command`), ``sweep`` (many runs on Ray Tune: :mod:`islab.sweep`),
+``fit`` (how many envs fit: :mod:`islab.cli.fit_command`).
 
 ``doctor`` and ``sbatch`` take the training command's spec options (the option table of
 :mod:`islab.cli.options`), so option names, help, environment variables and validation stay one
@@ -22,6 +22,7 @@ import typer
 
 from islab import rundir
 from islab.cli.app import checked, entry_args, fail, plan_for, resolve, source_of, typer_app
+from islab.cli.eval_command import EVAL_HELP, eval_command
 from islab.cli.fit_command import FIT_EPILOG, FIT_HELP, fit_command
 from islab.cli.k8s_command import K8S_EPILOG, K8S_HELP, k8s_command
 from islab.cli.launch_checks import preflight_options, run_collective_check
@@ -305,6 +306,7 @@ def tasks_command(
 
 commands.command("play", help=PLAY_HELP)(play_command)
 commands.command("export", help=EXPORT_HELP)(export_command)
+commands.command("eval", help=EVAL_HELP)(eval_command)
 
 
 @commands.command(

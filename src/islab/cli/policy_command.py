@@ -19,11 +19,15 @@ RUN_DIR_ARGUMENT = Annotated[
     Path, typer.Argument(help="A run directory (<log_dir>/<lib>/<task>/<time>).", show_default=False)
 ]
 CHECKPOINT_OPTION = Annotated[
-    str, typer.Option(help="latest, best (highest mean return during training among the kept checkpoints) or a path.")
+    str,
+    typer.Option(
+        help="latest, best (best in the last islab-train eval; else highest mean return during training "
+        "among the kept checkpoints) or a path."
+    ),
 ]
 PLAY_HELP = (
     "Run a trained policy deterministically for N episodes: mean/std/min/max of episode return and "
-    "length (and the task's success rate); writes RUN_DIR/eval.json. A run of Isaac Lab's trainer is played by "
+    "length (and the task's success rate); writes RUN_DIR/play.json. A run of Isaac Lab's trainer is played by "
     "Isaac Lab's own play (until --seconds S, or one --video clip). Example: islab-train play RUN_DIR --episodes 64"
 )
 EXPORT_HELP = (

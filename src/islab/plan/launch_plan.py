@@ -86,6 +86,8 @@ class LaunchPlan:
     to_target: bool = False
     # At launch, torchrun forks our worker's ranks from its agent (islab.plan.torchrun, "Forked ranks").
     forked_ranks: bool = False
+    # ... and the modules its agent imports before it forks them (the library's adapter), once for all ranks.
+    rank_imports: tuple[str, ...] = ()
     # The agent-config overrides the ranks apply (KEY=VALUE): a failure names the one its traceback points at.
     overrides: tuple[str, ...] = ()
 

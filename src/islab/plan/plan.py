@@ -24,7 +24,7 @@ from pathlib import Path, PurePath
 from types import MappingProxyType
 
 from islab import rundir
-from islab.libs.registry import apply_env_fixes
+from islab.libs.registry import adapter_path, apply_env_fixes
 from islab.plan import skrl_jax, torchrun
 from islab.plan.launch_plan import LaunchPlan, NodePlan, RankLaunch
 from islab.resolve.isaaclab import tensorboard_root
@@ -322,6 +322,7 @@ def build_plan(
         hang_timeout_s=hang_timeout_of(spec),
         isaaclab=spec.isaaclab is not None,
         forked_ranks=forked_ranks(spec),
+        rank_imports=rank_imports(spec),
         overrides=tuple(spec.overrides),
     )
 
@@ -330,6 +331,14 @@ def forked_ranks(spec: RunSpec) -> bool:
     """Ranks forked from torchrun's agent (:mod:`islab.plan.torchrun`): our worker on CPU ranks,
     unless the user chose torchrun's start method."""
     return spec.launcher == torchrun.NAME and spec.entrypoint is None and spec.device == "cpu" and not spec.start_method
+
+
+def rank_imports(spec: RunSpec) -> tuple[str, ...]:
+    """What torchrun's agent imports before it forks the ranks: the library's adapter module (its
+    library, and ``torch._dynamo`` through it), imported once instead of once per rank."""
+    if not forked_ranks(spec):
+        return ()
+    return (adapter_path(spec.lib, spec.ml_framework).partition(":")[0],)
 
 
 def _meeting_point(derived: Mapping[str, str]) -> tuple[str | None, str | None]:

@@ -20,7 +20,9 @@ the agent instead and runs the program's *file* there (:func:`runpy.run_path`): 
 environment, devices and world size stay the same, and a forked rank ends without the
 interpreter's teardown (multiprocessing leaves with ``os._exit``). The agent itself runs under
 :data:`QUICK_EXIT_MODULE`, which ends it without tearing torch down once torchrun's ``main``
-returns (~1-3 s the launcher would otherwise wait after the last rank is gone). Only where the
+returns (~1-3 s the launcher would otherwise wait after the last rank is gone), and imports the
+RL library's adapter before it forks (``LaunchPlan.rank_imports``: 1.5-4.5 s of CPU per rank at
+every launch, once instead). Only where the
 ranks' interpreter is the launcher's: the program's file is found in this interpreter. Not for
 GPU ranks yet: the agent never touches CUDA, so each forked rank would initialise its own, but
 that path has not run on a GPU (scripts/gpu_acceptance.sh is where it will be tried).
@@ -153,14 +155,17 @@ def swap_program(argv: Sequence[str], program: Sequence[str], replacement: Seque
     return (*argv[: len(argv) - len(program)], *replacement)
 
 
-def forked_argv(argv: Sequence[str], program: Sequence[str], script: Sequence[str]) -> tuple[str, ...]:
+def forked_argv(
+    argv: Sequence[str], program: Sequence[str], script: Sequence[str], imports: Sequence[str] = ()
+) -> tuple[str, ...]:
     """torchrun's ``argv`` (ending with ``program``) run under :data:`QUICK_EXIT_MODULE`, its ranks
     forked from the agent (:data:`FORKED_RANKS`), each running ``script`` (a file and its
-    arguments) in place of ``program``."""
+    arguments) in place of ``program``; the agent imports ``imports`` first, for every rank."""
     swapped = list(swap_program(argv, program, script))
+    preloads = [word for module in imports for word in ("--import", module)]
     for index in range(len(swapped) - 1):
         if swapped[index : index + 2] == ["-m", MODULE]:
-            swapped[index : index + 2] = ["-m", QUICK_EXIT_MODULE, "-m", MODULE, *FORKED_RANKS]
+            swapped[index : index + 2] = ["-m", QUICK_EXIT_MODULE, *preloads, "-m", MODULE, *FORKED_RANKS]
             return tuple(swapped)
     raise ValueError(f"not a torchrun command: {argv!r}")
 

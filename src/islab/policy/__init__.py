@@ -15,6 +15,10 @@ islab checkpoints (``checkpoints/latest.pt``, ``iter_<N>.pt``: every library's f
 * :mod:`islab.policy.modules` -- the deployable form: ``DeterministicPolicy`` (raw observations ->
   the actions ``env.step`` receives, observation clipping and normalizer folded in) that each
   adapter builds in ``inference_module()``;
-* :mod:`islab.policy.play` -- N complete episodes of the deterministic policy, ``eval.json``;
+* :mod:`islab.policy.play` -- N complete episodes of the deterministic policy, ``play.json``;
+* :mod:`islab.policy.evaluate` (torch-free) -- ``islab-train eval``: the kept checkpoints chosen
+  (:mod:`islab.policy.eval_plan`), each evaluated as play does by evaluation processes
+  (:mod:`islab.policy.eval_worker`), one checkpoint each at a time; ``eval.json`` and ``eval.png``
+  (:mod:`islab.policy.eval_report`);
 * :mod:`islab.policy.export` -- ``exported/policy.pt`` (TorchScript), ``policy.onnx``, ``policy.json``.
 """

@@ -13,7 +13,7 @@ their quota keep stepping (the env is batched) but are ignored.
 Reported: mean, std (over episodes, population), min and max of episode return and length, and
 the task's own success measure when its env defines one (``episode_success(terminated,
 truncated)`` -> bool per env; Cartpole: the episode reached the time limit without failing).
-Written to ``RUN_DIR/eval.json`` (atomically); ``--json`` prints the same object.
+Written to ``RUN_DIR/play.json`` (atomically); ``--json`` prints the same object.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         "env_steps": played["steps"] * num_envs,
         "wall_s": time.perf_counter() - started,
     }
-    rundir.write_json(source.run_dir / rundir.EVAL_FILE, result)
+    rundir.write_json(source.run_dir / rundir.PLAY_FILE, result)
     return result
 
 
@@ -155,7 +155,7 @@ def render(result: dict[str, Any]) -> str:
     ]
     if result["success_rate"] is not None:
         lines.append(f"  success {result['success_rate']:.0%} ({result['success_measure']})")
-    lines.append(f"written: {Path(result['run_dir']) / rundir.EVAL_FILE}")
+    lines.append(f"written: {Path(result['run_dir']) / rundir.PLAY_FILE}")
     return "\n".join(lines)
 
 

@@ -4,11 +4,12 @@
 checkpoints). ``--checkpoint`` picks one of its islab checkpoints:
 
 * ``latest`` (default): ``checkpoints/latest.pt``, what ``--resume RUN_DIR`` would continue from;
-* ``best``: of the islab checkpoints still on disk (``checkpoints/iter_<N>.pt``, the newest few are
-  kept), the one whose iteration has the highest mean episode return in ``progress.jsonl``.
-  That return is the training's own figure (stochastic actions, a window of recent episodes), so
-  "best" is best as training measured it, not a fresh evaluation; when no kept checkpoint has a
-  recorded return, ``best`` falls back to ``latest`` and says so;
+* ``best``: the best checkpoint of the last ``islab-train eval`` (``eval.json``: the highest mean
+  return of the deterministic policy) while that file is still kept; without an evaluation, of the
+  islab checkpoints still on disk (``checkpoints/iter_<N>.pt``, the newest few are kept), the one
+  whose iteration has the highest mean episode return in ``progress.jsonl`` -- the training's own
+  figure (stochastic actions, a window of recent episodes), not a fresh evaluation; when no kept
+  checkpoint has a recorded return, ``best`` falls back to ``latest`` and says so;
 * a path to an islab checkpoint file (``iter_<N>.pt`` of this or another run of the same library
   and task; the loader checks it).
 

@@ -1,6 +1,6 @@
 """Run a module as ``python -m`` would, then end the process without the interpreter's teardown.
 
-    python -m islab.preflight.quick_exit -m torch.distributed.run [torchrun's options and program]
+    python -m islab.preflight.quick_exit [--import MODULE]... -m torch.distributed.run [torchrun's options and program]
 
 A process that imported torch spends seconds in Python's finalization after its work is done
 (tearing down torch's modules and objects: 3.3 s measured for torchrun on this project's 2-core
@@ -13,6 +13,12 @@ flush), the streams are flushed, then ``os._exit`` with the status the module ga
 sweep`` ends the same way once Ray is stopped and its outputs are written (the teardown of Ray's
 core worker, ~1 s).
 
+``--import MODULE`` imports a module before the run, so that ranks torchrun forks from this
+process find it imported (islab.plan.torchrun, "Forked ranks"): an RL library's import costs a
+rank 1.5-4.5 s of CPU (rl_games and rsl_rl pull in ``torch._dynamo``), paid once here instead of
+once per rank. An import that fails is left to the ranks, which import the module again and say
+why in their own logs.
+
 A failing module reads the same as under ``python -m``: an exception's traceback goes to stderr
 (``sys.excepthook``) and the status is 1; a ``KeyboardInterrupt`` is left to the interpreter.
 """
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib
 import os
 import runpy
 import sys
@@ -48,8 +55,13 @@ def end(status: int) -> NoReturn:
 
 
 def main(argv: Sequence[str]) -> None:
+    argv = list(argv)
+    while len(argv) >= 2 and argv[0] == "--import":
+        with contextlib.suppress(Exception):  # the ranks import it again and report the failure
+            importlib.import_module(argv[1])
+        argv = argv[2:]
     if len(argv) < 2 or argv[0] != "-m":
-        print("usage: python -m islab.preflight.quick_exit -m MODULE [ARGS...]", file=sys.stderr)
+        print("usage: python -m islab.preflight.quick_exit [--import MODULE]... -m MODULE [ARGS...]", file=sys.stderr)
         end(2)
     module = argv[1]
     sys.argv = [module, *argv[2:]]  # runpy puts the module's file in sys.argv[0], as -m does

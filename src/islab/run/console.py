@@ -38,6 +38,7 @@ from islab.rundir import (
     CURVES_FILE,
     ProgressReader,
     curves_path,
+    history_checkpoints,
     progress_path,
     rank_log,
     read_progress,
@@ -327,7 +328,7 @@ def finish(run_dir: str, out: IO[str], *, tty: bool, resume: str | None, records
             "reported no progress islab can read (TensorBoard scalars), so there is no summary table.\n"
         )
         return
-    rows = summary_rows(summary, run_dir, resume)
+    rows = summary_rows(summary, run_dir, resume, kept=list(history_checkpoints(run_dir)))
     if curves is not None:
         rows.insert(-1 if resume else len(rows), ("curves", str(curves)))
     render_summary(rows, out, tty=tty)

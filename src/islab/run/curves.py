@@ -63,6 +63,14 @@ def write_curves(records: Sequence[Mapping[str, Any]], path: Path) -> Path | Non
     if resumed_at:
         top.legend(loc="lower right")
     figure.suptitle(Path(path).parent.name)
+    return save_figure(figure, path)
+
+
+def save_figure(figure: Any, path: Path) -> Path:
+    """Write a matplotlib figure as PNG atomically (temporary file + rename: a reader never sees
+    half an image) and close it."""
+    import matplotlib.pyplot as plt
+
     figure.tight_layout()
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp.png")

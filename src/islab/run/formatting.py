@@ -6,10 +6,10 @@ line and the end-of-run table's rows. Pure functions over ``progress.jsonl`` rec
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from islab.rundir import SUMMARY_CHECKPOINT
+from islab.rundir import LATEST_CHECKPOINT, SUMMARY_CHECKPOINT
 
 
 def format_duration(seconds: float | None) -> str:
@@ -67,8 +67,18 @@ def plain_line(record: Mapping[str, Any]) -> str:
     )
 
 
-def summary_rows(summary: Mapping[str, Any], run_dir: str, resume: str | None) -> list[tuple[str, str]]:
-    """The end-of-run table as (label, value) rows, from rank 0's ``summary.json``."""
+def kept_checkpoints_row(kept: Sequence[int]) -> tuple[str, str]:
+    """Which iteration checkpoints the run kept: only those can be evaluated (``islab-train eval``)."""
+    which = "iterations " + ", ".join(str(iteration) for iteration in kept) if kept else f"none but {LATEST_CHECKPOINT}"
+    why = "only kept ones can be evaluated: islab-train eval; --keep-checkpoints N keeps more"
+    return "kept checkpoints", f"{which} ({why})"
+
+
+def summary_rows(
+    summary: Mapping[str, Any], run_dir: str, resume: str | None, kept: Sequence[int] | None = None
+) -> list[tuple[str, str]]:
+    """The end-of-run table as (label, value) rows, from rank 0's ``summary.json``; ``kept``: the
+    iterations of the kept ``iter_<N>.pt`` (a row when given)."""
     wall = summary.get("wall_s")
     steps = summary.get("env_steps")
     rate = summary.get("env_steps_per_s")
@@ -83,6 +93,7 @@ def summary_rows(summary: Mapping[str, Any], run_dir: str, resume: str | None) -
         ("ranks", str(summary.get("world_size", "-"))),
         # the islab checkpoint, the one summary.json names (--resume, play and export read it)
         ("checkpoint", str(summary.get(SUMMARY_CHECKPOINT) or "-")),
+        *([kept_checkpoints_row(kept)] if kept is not None and summary.get(SUMMARY_CHECKPOINT) else []),
         ("run directory", run_dir),
     ]
     if resume:

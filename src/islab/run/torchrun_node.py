@@ -204,7 +204,7 @@ class TorchrunNode:
         # Forked ranks run the worker's file as this interpreter finds it: only where the ranks'
         # interpreter is this one (islab.plan.torchrun, "Forked ranks").
         if script is not None and os.path.abspath(argv[0]) == os.path.abspath(sys.executable):
-            argv = forked_argv(argv, self.plan.program, script)
+            argv = forked_argv(argv, self.plan.program, script, self.plan.rank_imports)
             # A forked rank keeps the agent's streams; unbuffered, as torchrun's `python -u` ranks.
             env.setdefault("PYTHONUNBUFFERED", "1")
         argv = supervised_argv(argv, self.log_dir)

@@ -17,7 +17,11 @@ Every run writes into one directory, chosen by the launcher (``<log_dir>/<run_na
     curves.png               mean return and steps/s per iteration (the launcher draws it)
     wandb_run_id             ``--logger wandb``: the Weights & Biases run id of this run directory
     wandb/                   wandb's own files (offline runs: wandb/offline-run-*/run-<id>.wandb)
-    eval.json                the last ``islab-train play``: episode return/length statistics
+    play.json                the last ``islab-train play``: episode return/length statistics
+    eval.json                the last ``islab-train eval``: every chosen checkpoint's return, success
+                             rate and episode length, and the best of them (``play --checkpoint best``)
+    eval.png                 its return and success rate against iteration, the best marked
+    logs/eval_<I>.log        what evaluation process I of ``islab-train eval`` printed
     exported/policy.pt       ``islab-train export``: TorchScript policy (normalizer folded in)
     exported/policy.onnx     the same policy as ONNX
     exported/policy.json     its inputs, outputs, action scaling, library, checkpoint
@@ -47,6 +51,7 @@ from islab.rundir.interpret import (
     best_checkpoint,
     chosen_checkpoint,
     continued_run_dir,
+    evaluated_best,
     reached_target,
     recorded_returns,
     resume_source,
@@ -59,12 +64,15 @@ from islab.rundir.layout import (
     CURVES_FILE,
     DIGESTS_DIR,
     EVAL_FILE,
+    EVAL_PLOT_FILE,
+    EVALUATED_KEY,
     EXPORT_DIR,
     HEARTBEATS_DIR,
     HISTORY_PREFIX,
     LATEST_CHECKPOINT,
     LAUNCH_FILE,
     LOGS_DIR,
+    PLAY_FILE,
     PREFLIGHT_DIR,
     PREFLIGHT_FILE,
     PROGRESS_FILE,
@@ -74,6 +82,9 @@ from islab.rundir.layout import (
     checkpoint_dir,
     curves_path,
     digest_path,
+    eval_path,
+    eval_plot_path,
+    eval_worker_log,
     flight_recorder_prefix,
     heartbeat_path,
     history_checkpoint,
@@ -120,13 +131,16 @@ __all__ = [
     "CHECKPOINT_CHOICES",
     "CURVES_FILE",
     "DIGESTS_DIR",
+    "EVALUATED_KEY",
     "EVAL_FILE",
+    "EVAL_PLOT_FILE",
     "EXPORT_DIR",
     "HEARTBEATS_DIR",
     "HISTORY_PREFIX",
     "LATEST_CHECKPOINT",
     "LAUNCH_FILE",
     "LOGS_DIR",
+    "PLAY_FILE",
     "PREFLIGHT_DIR",
     "PREFLIGHT_FILE",
     "PROGRESS_FILE",
@@ -147,6 +161,10 @@ __all__ = [
     "curves_path",
     "digest_divergence",
     "digest_path",
+    "eval_path",
+    "eval_plot_path",
+    "eval_worker_log",
+    "evaluated_best",
     "flight_recorder_prefix",
     "heartbeat_path",
     "history_checkpoint",

@@ -1,11 +1,13 @@
 """What a path a user gives means: ``--resume RUN_DIR | FILE`` (and whether that run already
-reached its target) and play/export's ``--checkpoint latest | best | PATH`` (torch-free). The one
+reached its target) and play/export's ``--checkpoint latest | best | PATH`` (torch-free); ``best``
+is best by ``islab-train eval`` when the run was evaluated. The one
 place these are decided: the resolver, the planner, the launcher, the worker and
 ``play``/``export`` all ask here.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from islab.rundir.layout import (
@@ -13,6 +15,7 @@ from islab.rundir.layout import (
     LATEST_CHECKPOINT,
     LAUNCH_FILE,
     SPEC_FILE,
+    eval_path,
     history_checkpoints,
     latest_checkpoint,
     progress_path,
@@ -76,8 +79,31 @@ def recorded_returns(run_dir: str | Path) -> dict[int, float]:
     return returns
 
 
+def evaluated_best(run_dir: str | Path) -> tuple[Path, str] | None:
+    """The best checkpoint of the last ``islab-train eval`` (``eval.json``'s ``best``) and a note;
+    None without an evaluation, when its best is no longer kept, or when that file was written
+    after the evaluation (an elastic restart redid its iteration: the policy is another one)."""
+    record = eval_path(run_dir)
+    try:
+        evaluation = json.loads(record.read_text(encoding="utf-8"))
+        best = evaluation["best"]
+        path = Path(run_dir, best["checkpoint"])
+        if not path.is_file() or path.stat().st_mtime > record.stat().st_mtime:
+            return None
+        note = (f"iteration {best['iteration']}, mean return {float(best['mean_return']):.2f} over "
+                f"{evaluation['episodes']} episodes in islab-train eval")  # fmt: skip
+    except (OSError, ValueError, KeyError, TypeError):  # no evaluation, or not one we can read
+        return None
+    return path, note
+
+
 def best_checkpoint(run_dir: str | Path) -> tuple[Path, str | None]:
-    """``best``: (the kept checkpoint with the highest recorded mean return, a note or None)."""
+    """``best``: (the checkpoint, a note). By evaluation when ``islab-train eval`` evaluated the
+    run (:func:`evaluated_best`), else the kept checkpoint with the highest mean return recorded
+    during training."""
+    evaluated = evaluated_best(run_dir)
+    if evaluated is not None:
+        return evaluated
     returns = recorded_returns(run_dir)
     scored = [(returns[it], it, path) for it, path in history_checkpoints(run_dir).items() if it in returns]
     if not scored:

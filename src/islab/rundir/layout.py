@@ -20,7 +20,10 @@ DIGESTS_DIR = "digests"
 HEARTBEATS_DIR = "heartbeats"
 SUMMARY_FILE = "summary.json"
 CURVES_FILE = "curves.png"
-EVAL_FILE = "eval.json"
+EVAL_FILE = "eval.json"  # islab-train eval: every chosen checkpoint evaluated, and the best
+EVAL_PLOT_FILE = "eval.png"
+EVALUATED_KEY = "checkpoints"  # eval.json's list of evaluated checkpoints (beside "best")
+PLAY_FILE = "play.json"  # islab-train play: the last play of one checkpoint
 EXPORT_DIR = "exported"
 WANDB_RUN_ID_FILE = "wandb_run_id"
 PREFLIGHT_FILE = "preflight.json"
@@ -98,3 +101,16 @@ def flight_recorder_prefix(run_dir: str | Path) -> Path:
 
 def curves_path(run_dir: str | Path) -> Path:
     return Path(run_dir, CURVES_FILE)
+
+
+def eval_path(run_dir: str | Path) -> Path:
+    return Path(run_dir, EVAL_FILE)
+
+
+def eval_plot_path(run_dir: str | Path) -> Path:
+    return Path(run_dir, EVAL_PLOT_FILE)
+
+
+def eval_worker_log(run_dir: str | Path, worker: int | str) -> Path:
+    """``logs/eval_<I>.log``: what evaluation process ``worker`` of ``islab-train eval`` printed."""
+    return logs_dir(run_dir) / f"eval_{worker}.log"

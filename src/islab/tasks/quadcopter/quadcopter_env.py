@@ -54,12 +54,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from islab.envs.base import DirectRLEnv, DirectRLEnvCfg
 
 REWARD_TERMS = ("lin_vel", "ang_vel", "distance_to_goal")
+# islab's success measure (Isaac Lab defines none for this task): the drone flew to its goal and hovered
+# there until the time limit. 0.25 m: a few Crazyflie sizes (9 cm motor to motor), well inside the
+# 0.8 m over which the distance reward falls off.
+SUCCESS_DISTANCE = 0.25  # [m]
 
 
 @dataclass
@@ -120,6 +125,15 @@ class QuadcopterEnv(DirectRLEnv):
         *DirectRLEnv.state_tensors, "root_state", "desired_pos_w", "actions", "thrust", "moment", "episode_sums",
         "final_distance_to_goal",
     )  # fmt: skip
+    success_measure: ClassVar[str] = (
+        f"the episode reached its time limit without leaving the height band, ending within {SUCCESS_DISTANCE} m "
+        "of its goal"
+    )
+
+    def episode_success(self, terminated: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor:
+        """Per env, whether an episode that ended in this step succeeded (islab-train play and eval
+        count it); the step's reset has just recorded where it ended (``final_distance_to_goal``)."""
+        return truncated & ~terminated & (self.final_distance_to_goal < SUCCESS_DISTANCE)
 
     def _setup_scene(self) -> None:
         n, dev, cfg = self.num_envs, self.device, self.cfg
