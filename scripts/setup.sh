@@ -8,6 +8,10 @@
 # 5.4.2, .venv keeps 5.5.x: CI tests both, one job after the other: scripts/test.sh). The torch pin goes in as a
 # constraint so mjlab's torchvision cannot replace the CPU torch with a CUDA build.
 #
+# The main setup also makes .venv-sky: SkyPilot alone (pinned in .ci/constraints.txt), whose task loader
+# tests/sky/test_sky_schema.py runs in a subprocess; SkyPilot 0.14 needs click<8.2 and W&B 0.31 click>=8.2,
+# so it cannot live in .venv. ISLAB_EXTRAS=sky makes only that one.
+#
 # ISLAB_EXTRAS=isaaclab makes .venv-isaaclab: Isaac Lab 3.0 (isaaclab==3.0.0 with skrl and rl_games) in a
 # Python 3.12 venv, the Python of the ranks in the Isaac Lab job (islab-train itself runs from .venv and
 # reaches it with --python). It is large (~8 GB, ~10 min), so it is built once per set of pins into a cache
@@ -106,8 +110,27 @@ CUDA build, newton, warp: ~10 min, ~8 GB)" \
     ln -sfn "$venv" .venv-isaaclab
 }
 
+install_sky_venv() {  # .venv-sky: SkyPilot alone, for tests/sky/test_sky_schema.py (its loader, in a subprocess)
+    local venv=.venv-sky
+    local stamp=$venv/.islab-installed
+    if [ -f "$stamp" ] && [ ! .ci/constraints.txt -nt "$stamp" ]; then
+        return 0
+    fi
+    local started=$SECONDS
+    say "installing SkyPilot into $venv, apart from .venv (SkyPilot needs click<8.2, W&B click>=8.2)"
+    if [ ! -x "$venv/bin/python" ]; then
+        step "[1/2] creating $venv with $("$PYTHON" --version 2>&1)" "$PYTHON" -m venv "$venv"
+    fi
+    step "[2/2] skypilot, pinned in .ci/constraints.txt (~4 min, ~460 MB on a busy 2-core machine)" \
+        "$venv/bin/python" -m pip install "${quiet[@]}" -c .ci/constraints.txt skypilot
+    touch "$stamp"
+    say "$venv is ready ($((SECONDS - started)) s)"
+}
+
 case ",${ISLAB_EXTRAS:-}," in
     *,isaaclab,*) install_isaaclab_venv ;;
     *,mjlab,*) install_venv .venv-mjlab "dev,jax,mjlab" ;;
-    *) install_venv .venv "dev,jax,onnx,wandb,sweep,k8s-test" ;;
+    *,sky,*) install_sky_venv ;;
+    *) install_venv .venv "dev,jax,onnx,wandb,sweep,k8s-test"
+       install_sky_venv ;;
 esac

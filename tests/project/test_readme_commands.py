@@ -9,8 +9,8 @@ The rule, for whoever edits README.md:
   runs as is; ``sbatch`` writes the script to stdout (a ``> file`` redirect is dropped); ``doctor``
   runs as written (its output parsed as JSON when the command has ``--json``) and may report
   failing checks (exit 1) but never a usage error (exit 2); ``k8s``
-  prints the manifest (a ``| kubectl apply -f -`` pipe is dropped). docs/KUBERNETES.md's commands
-  follow the same rule.
+  prints the manifest (a ``| kubectl apply -f -`` pipe is dropped), ``sky`` the task (its ``-o FILE``
+  dropped). docs/KUBERNETES.md's and docs/CLOUD.md's commands follow the same rule.
 - Prose that says a command prints JSON ("as JSON" in the lines just above it) is true of the
   command: it has ``--json``.
 - Not run: templates holding ``...`` or ``<placeholder>``, and commands whose trailing comment
@@ -50,8 +50,8 @@ def is_runnable(command: str, comment: str) -> bool:
 
 
 COMMANDS = readme_commands(README.read_text())
-# docs/KUBERNETES.md's and docs/ISAACLAB.md's commands are README-style too: every one runs
-DOCS = (REPO / "docs" / "KUBERNETES.md", REPO / "docs" / "ISAACLAB.md")
+# docs/KUBERNETES.md's, docs/ISAACLAB.md's and docs/CLOUD.md's commands are README-style too: every one runs
+DOCS = (REPO / "docs" / "KUBERNETES.md", REPO / "docs" / "ISAACLAB.md", REPO / "docs" / "CLOUD.md")
 DOC_COMMANDS = [(f"{path.name}:{n}", c) for path in DOCS for n, c, note in readme_commands(path.read_text())
                 if is_runnable(c, note)]  # fmt: skip
 ISAACLAB_FIXTURE = REPO / "tests" / "fixtures" / "isaaclab_tree"
@@ -88,6 +88,9 @@ def test_readme_command_runs(islab, monkeypatch, line, command):
         if redirect in argv:
             argv = argv[: argv.index(redirect)]
     sub = argv[0] if argv else ""
+    if sub == "sky" and ("-o" in argv or "--output" in argv):  # the task goes to stdout, checked here
+        at = argv.index("-o") if "-o" in argv else argv.index("--output")
+        argv = argv[:at] + argv[at + 2 :]
     if sub == "doctor":
         code, out, err = islab(*argv)
         assert code in (0, 1) and out.strip(), f"{line}: {err}"
@@ -97,7 +100,7 @@ def test_readme_command_runs(islab, monkeypatch, line, command):
     if "all" in argv:  # --gpus all counts the visible GPUs: plan for two on a CPU-only machine
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     ours = argv[: argv.index("--")] if "--" in argv else argv  # what follows -- belongs to the entry point
-    if sub not in ("tasks", "sbatch", "k8s") and "--dry-run" not in ours:
+    if sub not in ("tasks", "sbatch", "k8s", "sky") and "--dry-run" not in ours:
         argv.insert(len(ours), "--dry-run")
     code, out, err = islab(*argv)
     assert code == 0, f"{line}: {command}\n{err}"

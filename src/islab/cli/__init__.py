@@ -35,7 +35,7 @@ from islab.spec.text import escape
 # Characters that typesetting puts where "--" was meant (the Chinese edition of Isaac Lab's guide
 # prints "–distributed"); argparse/click would report a confusing "unexpected argument".
 # Subcommands that resolve a training spec, and so take an entry point's arguments after `--`.
-SPEC_SUBCOMMANDS = ("doctor", "sbatch", "k8s", "fit", "scale")
+SPEC_SUBCOMMANDS = ("doctor", "sbatch", "k8s", "sky", "fit", "scale")
 
 LOOKALIKE_DASHES = "\u2013\u2014\u2212\u2010\u2011\u2012\ufe63\uff0d"
 

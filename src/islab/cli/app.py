@@ -61,7 +61,7 @@ from islab.spec.issues import Issue, SpecError, mask_env
 NO_CHECK_OPTIONS = PreflightOptions()  # the defaults: pre-flight on, 60 s
 
 # The subcommands beside the training command (islab.cli.commands registers each; --help lists them).
-SUBCOMMANDS = ("doctor", "sbatch", "k8s", "tasks", "play", "eval", "export", "sweep", "fit", "scale")
+SUBCOMMANDS = ("doctor", "sbatch", "k8s", "sky", "tasks", "play", "eval", "export", "sweep", "fit", "scale")
 
 EPILOG = f"""\
 [bold]Examples[/bold]
@@ -95,7 +95,7 @@ EPILOG = f"""\
 
 Commands: islab-train {" | ".join(SUBCOMMANDS)} (each has --help; islab-train help COMMAND too).
 Version: islab-train --version (-V), with torch's and the libraries'.
-Precedence: command line > SLURM / Kubernetes allocation (--slurm, --k8s) > ISLAB_* environment
+Precedence: command line > SLURM / Kubernetes / SkyPilot allocation (--slurm, --k8s, --sky) > ISLAB_* environment
 > --cluster YAML > defaults.
 Exit codes: 0 ok / dry run, 2 bad spec (nothing started), else the training's status
 (signal N -> 128+N; Ctrl-C -> 130; SIGTERM/SIGUSR1 -> checkpoint, then 75). Reference: docs/CLI.md.

@@ -1,8 +1,9 @@
 """The subcommands: ``doctor`` (pre-flight checks), ``sbatch`` (a SLURM batch script), ``k8s`` (a
-Kubernetes job: :mod:`islab.cli.k8s_command`), ``tasks``, ``play`` and ``export`` (a trained run:
-:mod:`islab.policy.cli_commands`), ``eval`` (every kept checkpoint of a run:
-:mod:`islab.cli.eval_command`), ``sweep`` (many runs on Ray Tune: :mod:`islab.sweep`), ``fit`` (how many envs fit:
-:mod:`islab.cli.fit_command`), ``scale`` (the job at 1..N ranks: :mod:`islab.cli.scale_command`).
+Kubernetes job: :mod:`islab.cli.k8s_command`), ``sky`` (a SkyPilot task: :mod:`islab.cli.sky_command`),
+``tasks``, ``play`` and ``export`` (a trained run: :mod:`islab.policy.cli_commands`), ``eval`` (every kept
+checkpoint of a run: :mod:`islab.cli.eval_command`), ``sweep`` (many runs on Ray Tune: :mod:`islab.sweep`),
+``fit`` (how many envs fit: :mod:`islab.cli.fit_command`), ``scale`` (the job at 1..N ranks:
+:mod:`islab.cli.scale_command`).
 
 ``doctor`` and ``sbatch`` take the training command's spec options (the option table of
 :mod:`islab.cli.options`), so option names, help, environment variables and validation stay one
@@ -28,6 +29,7 @@ from islab.cli.launch_checks import preflight_options, run_collective_check
 from islab.cli.options import OPTIONS, keyword, option_words, signature
 from islab.cli.policy_command import EXPORT_HELP, PLAY_HELP, export_command, play_command
 from islab.cli.scale_command import SCALE_EPILOG, SCALE_HELP, scale_command
+from islab.cli.sky_command import SKY_EPILOG, SKY_HELP, sky_command
 from islab.cli.spec_layers import checked, entry_args, fail, resolve, source_of
 from islab.doctor import checks as doctor
 from islab.doctor import facts as doctor_facts
@@ -344,5 +346,6 @@ def sweep_command(
 
 
 commands.command("k8s", epilog=K8S_EPILOG, help=K8S_HELP)(k8s_command)
+commands.command("sky", epilog=SKY_EPILOG, help=SKY_HELP)(sky_command)
 commands.command("fit", epilog=FIT_EPILOG, help=FIT_HELP)(fit_command)
 commands.command("scale", epilog=SCALE_EPILOG, help=SCALE_HELP)(scale_command)

@@ -13,14 +13,15 @@ run directories' root (the volume at :data:`~islab.k8s.names.RUNS_MOUNT`); the c
 
 from __future__ import annotations
 
+import functools
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
-from islab.cli.options import field_argv, keyword, signature
+from islab.cli.options import field_argv, own_option, signature
 from islab.cli.spec_layers import apply_gpus, fail, option_layers, resolve
 from islab.k8s import manifests
 from islab.k8s.allocation import KubernetesAllocation, job_run_leaf
@@ -37,14 +38,11 @@ PLACEMENT_FIELDS = frozenset({
     "nnodes", "node_rank", "rendezvous.master_addr", "rendezvous.master_port", "rendezvous.endpoint",
     "coordinator_address", "log_dir",
 })  # fmt: skip
-EXCLUDED_OPTIONS = ("slurm", "k8s", "node_rank", "master_addr", "master_port", "rdzv_endpoint",
+EXCLUDED_OPTIONS = ("slurm", "k8s", "sky", "node_rank", "master_addr", "master_port", "rdzv_endpoint",
                     "coordinator_address", "log_dir")  # fmt: skip
 
 
-def _own(name: str, kind: Any, default: Any, help_text: str, *flags: str, metavar: str | None = None) -> Any:
-    extra = {"metavar": metavar} if metavar else {}
-    return keyword(name, Annotated[kind, typer.Option(*flags, help=help_text, rich_help_panel=PANEL_K8S, **extra)],
-                   default)  # fmt: skip
+_own = functools.partial(own_option, PANEL_K8S)
 
 
 K8S_OPTIONS = (
@@ -126,7 +124,9 @@ def k8s_command(ctx: typer.Context, **options: Any) -> None:
         return KubernetesAllocation(fmt, name, nnodes if valid else 1, None if elastic else 0, master,
                                     RENDEZVOUS_PORT, origins).layer(chosen)  # fmt: skip
 
-    resolved = resolve(ctx, {**options, "slurm": None, "k8s": None}, slurm_layer=planned_allocation, elsewhere=True)
+    resolved = resolve(
+        ctx, {**options, "slurm": None, "k8s": None, "sky": None}, slurm_layer=planned_allocation, elsewhere=True
+    )
     spec = resolved.spec
     k8s = _k8s_options(options, name)
     try:
@@ -193,16 +193,20 @@ def given_fields(ctx: typer.Context, options: dict[str, Any]) -> dict[str, Any]:
     return given
 
 
-def pod_command(ctx: typer.Context, options: dict[str, Any], python: str) -> tuple[str, ...]:
+def pod_command(
+    ctx: typer.Context, options: dict[str, Any], python: str, log_dir: str | None = RUNS_MOUNT
+) -> tuple[str, ...]:
     """The container's command: ``python -m islab.cli`` + the given fields as options (their env
-    becomes the container's env instead)."""
+    becomes the container's env instead). ``log_dir``: the run directories' root on the node (the
+    volume's path); None keeps the one given (a SkyPilot node without storage: its own disk)."""
     given = given_fields(ctx, options)
+    placement = PLACEMENT_FIELDS - ({"log_dir"} if log_dir is None else set())  # None: keep the given log_dir
     try:
-        args = field_argv({field: value for field, value in given.items() if field not in PLACEMENT_FIELDS})
+        args = field_argv({field: value for field, value in given.items() if field not in placement})
     except KeyError as exc:
         fix = "Remove it from the cluster file, or run islab-train in the pod yourself"
         raise SpecError(Issue(str(exc.args[0]), "cannot be passed to the pods as an option", fix)) from None
-    args += ["--log-dir", RUNS_MOUNT, *given.get("overrides", ())]
+    args += [*(["--log-dir", log_dir] if log_dir is not None else []), *given.get("overrides", ())]
     if given.get("args") is not None:
         args += ["--", *given["args"]]
     head = python if "python" in given else "python"

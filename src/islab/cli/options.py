@@ -122,6 +122,15 @@ def keyword(name: str, annotation: Any, default: Any) -> inspect.Parameter:
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
 
 
+def own_option(
+    panel: str, name: str, kind: Any, default: Any, help_text: str, *flags: str, metavar: str | None = None
+) -> inspect.Parameter:
+    """A subcommand's own option (``k8s --image``, ``sky --gpus-type``: not in the table), in its help panel."""
+    extra = {"metavar": metavar} if metavar else {}
+    option = typer.Option(*flags, help=help_text, rich_help_panel=panel, **extra)
+    return keyword(name, Annotated[kind, option], default)
+
+
 def worker_options() -> tuple[Option, ...]:
     """The rows of the worker options declared in :mod:`islab.spec.worker_args` with their own
     spec field (``cli``): the same flag as the worker's, the spec field of the row's name."""
@@ -225,6 +234,10 @@ OPTIONS: tuple[Option, ...] = (
            "belongs to (PET_* of Kubeflow TrainJob/PyTorchJob; JOB_COMPLETION_INDEX and pod 0's DNS name for JobSet "
            "and an Indexed Job: docs/KUBERNETES.md). On by itself in the pods 'islab-train k8s' writes; options on the "
            "command line still win.", PANEL_CLUSTER, kind=bool, default="[default: auto]"),
+    Option("--sky/--no-sky", "Take nnodes, the node rank and node 0's address:port from the SkyPilot task this node "
+           "runs (SKYPILOT_NUM_NODES, SKYPILOT_NODE_RANK, first line of SKYPILOT_NODE_IPS; docs/CLOUD.md). On by "
+           "itself in a SkyPilot task's run; options on the command line still win.", PANEL_CLUSTER, kind=bool,
+           default="[default: auto]"),
     # --- output ------------------------------------------------------------------------------
     Option("--run-name", "Suffix of the run directory; letters, digits, . _ - only.", PANEL_OUTPUT, "run_name"),
     Option("--log-dir", "Root of run directories: <log_dir>/<lib>/<task>/<time>[_<run_name>] (an entry point: "

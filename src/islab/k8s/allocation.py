@@ -49,8 +49,8 @@ from typing import Any
 from islab.k8s.names import FORMAT_VARIABLE, FORMATS, JOB_VARIABLE, MASTER_VARIABLE, NNODES_VARIABLE, RENDEZVOUS_PORT
 from islab.resolve.job import JobIdentity
 from islab.resolve.layers import Provided
-from islab.resolve.slurm import launcher_chosen
-from islab.spec.addresses import join_host_port, split_host_port
+from islab.resolve.slurm import launcher_chosen, rendezvous_layer
+from islab.spec.addresses import split_host_port
 from islab.spec.issues import Issue, SpecError
 
 # Which controller's variables a format's pods carry.
@@ -110,21 +110,13 @@ class KubernetesAllocation:
             layer["node_rank"] = Provided(self.node_rank, origin["node_rank"])
         if self.nproc_per_node is not None:
             layer["nproc_per_node"] = Provided(self.nproc_per_node, origin["nproc_per_node"])
-        address = join_host_port(self.master_host, self.port)
-        where = f"{origin['master']} and {origin['port']}"
         elastic = isinstance(self.nnodes, str)
-        if launcher_chosen(chosen) == "skrl-jax":
-            layer["coordinator_address"] = Provided(address, where)
-        elif elastic or chosen.get("rendezvous.backend") == "c10d":
-            if elastic:
-                layer["rendezvous.backend"] = Provided("c10d", origin.get("backend", origin["nnodes"]))
-            layer["rendezvous.endpoint"] = Provided(address, where)
-            if "rendezvous.id" not in chosen:
-                layer["rendezvous.id"] = Provided(self.rendezvous_id or self.run_leaf, origin.get("id", JOB_VARIABLE))
-        else:
-            layer["rendezvous.master_addr"] = Provided(self.master_host, origin["master"])
-            layer["rendezvous.master_port"] = Provided(self.port, origin["port"])
-        return layer
+        if elastic and launcher_chosen(chosen) != "skrl-jax":  # only torchrun's c10d rendezvous takes a node range
+            layer["rendezvous.backend"] = Provided("c10d", origin.get("backend", origin["nnodes"]))
+            chosen = {**chosen, "rendezvous.backend": "c10d"}
+        rendezvous_id = Provided(self.rendezvous_id or self.run_leaf, origin.get("id", JOB_VARIABLE))
+        return layer | rendezvous_layer(chosen, Provided(self.master_host, origin["master"]),
+                                        Provided(self.port, origin["port"]), rendezvous_id)  # fmt: skip
 
 
 def _refuse(variable: str, problem: str, fmt: str) -> SpecError:

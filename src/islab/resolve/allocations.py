@@ -4,7 +4,7 @@ A reader says when it is on (its ``--<name>/--no-<name>`` flag, or by itself fro
 environment, e.g. under ``srun``) and reads the allocation from the environment mapping: an
 object with ``.layer(chosen)`` (:class:`islab.resolve.slurm.Allocation`) whose layer gives
 ``nnodes``, ``node_rank`` and the rendezvous. :func:`active_allocations` consults every reader of
-:data:`ALLOCATION_READERS` in order; a new scheduler (Kubernetes) is one more entry with its own
+:data:`ALLOCATION_READERS` in order; a new scheduler (Kubernetes, SkyPilot) is one more entry with its own
 :class:`~islab.resolve.layers.Source`, not a new branch anywhere.
 """
 
@@ -18,6 +18,7 @@ from islab.k8s import allocation as k8s
 from islab.resolve import slurm
 from islab.resolve.layers import Source
 from islab.resolve.sources import AllocationSource
+from islab.sky import allocation as sky
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class AllocationReader:
 ALLOCATION_READERS: tuple[AllocationReader, ...] = (
     AllocationReader("slurm", Source.SLURM, slurm.in_srun_step, slurm.allocation_from_environ),
     AllocationReader("k8s", Source.K8S, k8s.in_kubernetes_pod, k8s.allocation_from_environ),
+    AllocationReader("sky", Source.SKY, sky.in_skypilot_run, sky.allocation_from_environ),
 )
 
 ALLOCATION_SOURCES = frozenset(reader.source for reader in ALLOCATION_READERS)

@@ -8,9 +8,9 @@ that say where it came from (``--num-envs``, ``ISLAB_SEED``, ``cpu.yaml: nnodes`
 changed in place: a step that rewrites fields (a preset, a derived default) returns a new
 :class:`Merged` (:meth:`Merged.with_changes`).
 
-Precedence, highest first: the command line, a scheduler allocation (SLURM; every allocation
-reader is one source, :mod:`islab.resolve.allocations`), ``ISLAB_*`` variables, the cluster file,
-the stored spec of a resumed run, the schema's defaults.
+Precedence, highest first: the command line, a scheduler allocation (SLURM, Kubernetes, SkyPilot;
+every allocation reader is one source, :mod:`islab.resolve.allocations`), ``ISLAB_*`` variables, the
+cluster file, the stored spec of a resumed run, the schema's defaults.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ class Source(str, Enum):
     CLI = "cli"
     SLURM = "slurm"
     K8S = "k8s"  # the Kubernetes job this pod belongs to (islab.k8s.allocation)
+    SKY = "sky"  # the SkyPilot task this node runs (islab.sky.allocation)
     ENV = "env"
     FILE = "file"
     RESUMED = "resumed"  # the stored spec of the run being resumed (islab.resolve.resumed)

@@ -120,17 +120,26 @@ class Allocation:
             "nnodes": Provided(self.nnodes, self.nnodes_variable),
             "node_rank": Provided(self.node_rank, "SLURM_NODEID"),
         }
-        address = join_host_port(self.master_host, self.port)
-        if launcher_chosen(chosen) == "skrl-jax":
-            layer["coordinator_address"] = Provided(address, f"{host_origin} and {port_origin}")
-        elif chosen.get("rendezvous.backend") == "c10d":
-            layer["rendezvous.endpoint"] = Provided(address, f"{host_origin} and {port_origin}")
-            if "rendezvous.id" not in chosen:
-                layer["rendezvous.id"] = Provided(f"slurm-{self.job_id}", "SLURM_JOB_ID")
-        else:
-            layer["rendezvous.master_addr"] = Provided(self.master_host, host_origin)
-            layer["rendezvous.master_port"] = Provided(self.port, port_origin)
+        rendezvous_id = Provided(f"slurm-{self.job_id}", "SLURM_JOB_ID")
+        return layer | rendezvous_layer(chosen, Provided(self.master_host, host_origin),
+                                        Provided(self.port, port_origin), rendezvous_id)  # fmt: skip
+
+
+def rendezvous_layer(
+    chosen: Mapping[str, Any], host: Provided, port: Provided, rendezvous_id: Provided | None = None
+) -> dict[str, Provided]:
+    """Node 0's address where the launcher the other layers chose reads it (every scheduler
+    allocation places it so): skrl-JAX's coordinator address, the c10d endpoint (and a rendezvous id
+    unless one was chosen), or torchrun's static master address and port."""
+    address = Provided(join_host_port(host.value, port.value), f"{host.origin} and {port.origin}")
+    if launcher_chosen(chosen) == "skrl-jax":
+        return {"coordinator_address": address}
+    if chosen.get("rendezvous.backend") == "c10d":
+        layer = {"rendezvous.endpoint": address}
+        if "rendezvous.id" not in chosen and rendezvous_id is not None:
+            layer["rendezvous.id"] = rendezvous_id
         return layer
+    return {"rendezvous.master_addr": host, "rendezvous.master_port": port}
 
 
 def launcher_chosen(chosen: Mapping[str, Any]) -> str | None:
@@ -205,5 +214,6 @@ __all__ = [
     "expand_nodelist",
     "in_srun_step",
     "job_port",
+    "rendezvous_layer",
     "tasks_per_node",
 ]

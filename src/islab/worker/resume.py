@@ -6,8 +6,9 @@ a length is given with it -- ``--resume PATH`` alone trains to that target; ``--
 --max-iterations M`` continues a checkpoint at iteration N for M more iterations (to N+M). A restart of the same job --
 an elastic restart (torchrun ``--max_restarts``; torchrun tells each rank ``TORCHELASTIC_RESTART_COUNT`` > 0)
 or a start the launcher says continues its scheduler job (``--job-restart``: a requeued SLURM job, a pod
-of a Kubernetes job started again; decided once from the allocation, :mod:`islab.resolve.job`, with the
-job in ``--scheduler-job`` and the run directory named after it) -- resumes from this run's own
+of a Kubernetes job started again, a recovered SkyPilot managed job; decided once from the allocation,
+:mod:`islab.resolve.job`, with the job in ``--scheduler-job`` and the run directory named after it) --
+resumes from this run's own
 ``checkpoints/latest.pt`` when that job wrote one, and trains only up to the iteration the job was
 asked to reach, which the checkpoint records (``spec.target_iteration``). Isaac Lab restarts from scratch.
 A rank reads no scheduler's variables itself.
