@@ -108,6 +108,6 @@ CUDA build, newton, warp: ~10 min, ~8 GB)" \
 
 case ",${ISLAB_EXTRAS:-}," in
     *,isaaclab,*) install_isaaclab_venv ;;
-    *,mjlab,*) install_venv .venv-mjlab "dev,jax,mjlab" ;;
-    *) install_venv .venv "dev,jax,onnx,wandb,sweep,k8s-test" ;;
+    *,mjlab,*) install_venv .venv-mjlab "dev,jax,mjlab,video" ;;
+    *) install_venv .venv "dev,jax,onnx,wandb,sweep,k8s-test,video" ;;
 esac

@@ -87,6 +87,7 @@ from islab.rundir.layout import (
     rank_logs,
     summary_path,
 )
+from islab.rundir.layout import VIDEOS_DIR, videos_dir
 from islab.rundir.progress import (
     ProgressReader,
     ProgressWriter,
@@ -136,6 +137,7 @@ __all__ = [
     "SUMMARY_CHECKPOINT",
     "SUMMARY_FILE",
     "SUMMARY_LIBRARY_CHECKPOINT",
+    "VIDEOS_DIR",
     "WANDB_RUN_ID_FILE",
     "ProgressReader",
     "ProgressWriter",
@@ -170,6 +172,7 @@ __all__ = [
     "resume_source",
     "run_dir_of",
     "summary_path",
+    "videos_dir",
     "wandb_run_id",
     "write_digest",
     "write_heartbeat",

@@ -25,6 +25,7 @@ EXPORT_DIR = "exported"
 WANDB_RUN_ID_FILE = "wandb_run_id"
 PREFLIGHT_FILE = "preflight.json"
 PREFLIGHT_DIR = "preflight"  # the probe's rank logs (NCCL_DEBUG=INFO output)
+VIDEOS_DIR = "videos"  # videos/play/ (islab-train play --video), videos/train/ (--video-interval)
 TRAINER_RUNS_FILE = "trainer_runs.jsonl"  # an entry point's own run folders (islab.rundir.trainer_runs)
 
 
@@ -94,6 +95,12 @@ def flight_recorder_prefix(run_dir: str | Path) -> Path:
     """``logs/nccl_trace_rank_``: PyTorch's NCCL flight recorder appends the rank to this prefix
     (``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``) when a collective times out."""
     return logs_dir(run_dir) / "nccl_trace_rank_"
+
+
+def videos_dir(run_dir: str | Path, kind: str) -> Path:
+    """``videos/<kind>/``: ``play`` (islab-train play --video) or ``train`` (--video-interval), the
+    folders Isaac Lab's and mjlab's train/play scripts record into."""
+    return Path(run_dir, VIDEOS_DIR, kind)
 
 
 def curves_path(run_dir: str | Path) -> Path:
