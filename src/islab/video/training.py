@@ -77,9 +77,9 @@ class TrainingVideoRecorder:
         self._recording = False
         self._frames: list[np.ndarray] = []
         self._return, self._length = 0.0, 0
-        self._done: list[tuple[int, list[np.ndarray], float, int]] = []  # recorded, not yet written
+        self._done: list[tuple[int, list[np.ndarray], float, int, float]] = []  # recorded, not yet written
         self.written: list[Path] = []
-        self.seconds = {"step": 0.0, "write": 0.0}  # where the time went (docs/benchmarks.md)
+        self._step_seconds = 0.0  # rendering and flag reads for the video being made (docs/benchmarks.md)
         self._inner_step: Callable[[torch.Tensor], Any] = env.step
         env.step = self._step  # an instance attribute: every caller of env.step goes through it
         self._wanted = start_iteration
@@ -95,40 +95,45 @@ class TrainingVideoRecorder:
             self._return += step_reward
             self._length += 1
             if done or len(self._frames) >= self._limit:  # the env has reset itself: the episode is whole
-                self._done.append((self._wanted, self._frames, self._return, self._length))
-                self._wanted, self._recording, self._frames = None, False, []
-            else:
-                self._frames.append(self.env.render())
+                spent = self._step_seconds + time.perf_counter() - started
+                self._done.append((self._wanted, self._frames, self._return, self._length, spent))
+                self._wanted, self._recording, self._frames, self._step_seconds = None, False, [], 0.0
+                return result
+            self._frames.append(self.env.render())
         elif done:  # env 0 starts a new episode now: its reset state is the first frame
             self._recording, self._return, self._length = True, 0.0, 0
             self._frames = [self.env.render()]
-        self.seconds["step"] += time.perf_counter() - started
+        self._step_seconds += time.perf_counter() - started
         return result
 
     def __call__(self, adapter: Any, iteration: int, max_iterations: int) -> None:
         """After every iteration (rank 0): write what was recorded; want a video every N iterations."""
         del max_iterations
-        started = time.perf_counter()
-        for wanted, frames, episode_return, length in self._done:
-            self._write(wanted, frames, episode_return, length, int(getattr(adapter, "job_env_steps", 0)))
+        for wanted, frames, episode_return, length, step_seconds in self._done:
+            self._write(wanted, frames, episode_return, length, int(getattr(adapter, "job_env_steps", 0)), step_seconds)
         self._done = []
         if self._wanted is None and iteration % self.interval == 0:
             self._wanted = iteration
-        self.seconds["write"] += time.perf_counter() - started
 
-    def _write(self, iteration: int, frames: list[np.ndarray], episode_return: float, length: int, env_steps: int) -> None:
+    def _write(
+        self, iteration: int, frames: list[np.ndarray], episode_return: float, length: int, env_steps: int,
+        step_seconds: float,
+    ) -> None:  # fmt: skip
+        started = time.perf_counter()
         path = self.folder / f"iter_{iteration}.mp4"
         count = write_mp4(path, frames, self.fps)
-        height, width, _ = frames[0].shape
-        rundir.write_json(path.with_suffix(".json"), {
-            "video": str(path), "iteration": iteration, "rank": 0, "env": 0, "return": episode_return,
-            "length": length, "frames": count, "fps": self.fps, "width": width, "height": height,
-            "policy": "the training policy (stochastic actions), env 0 of rank 0",
-        })  # fmt: skip
         tensorboard_clip(self.folder, TAG, frames, self.fps, iteration)
         if self.wandb_run is not None:
             import wandb
 
             self.wandb_run.log({TAG: wandb.Video(str(path), format="mp4")}, step=env_steps)
+        height, width, _ = frames[0].shape
+        rundir.write_json(path.with_suffix(".json"), {
+            "video": str(path), "iteration": iteration, "rank": 0, "env": 0, "return": episode_return,
+            "length": length, "frames": count, "fps": self.fps, "width": width, "height": height,
+            "policy": "the training policy (stochastic actions), env 0 of rank 0",
+            # what this video cost the training process: the steps' rendering and reads, then the encoding
+            "cost_s": {"steps": step_seconds, "write": time.perf_counter() - started},
+        })  # fmt: skip
         self.written.append(path)
         print(f"[islab] rank 0 recorded {path} (iteration {iteration}, return {episode_return:.2f})", flush=True)

@@ -1,0 +1,32 @@
+"""Reading videos back in tests: an MP4 decoded into frames by the same ffmpeg that wrote it.
+
+A test of a video decodes the file (a file that is not a playable MP4 fails here) and checks what a
+viewer would see: how many frames, their size, and that the picture changes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from prerequisites import require_modules
+
+
+def decode_mp4(path: Path) -> tuple[list[np.ndarray], dict]:
+    """Every frame of ``path`` as ``(height, width, 3)`` uint8, and ffmpeg's metadata (codec, size, fps)."""
+    require_modules("imageio_ffmpeg")
+    import imageio_ffmpeg
+
+    reader = imageio_ffmpeg.read_frames(str(path))
+    meta = next(reader)
+    width, height = meta["size"]
+    frames = [np.frombuffer(frame, dtype=np.uint8).reshape(height, width, 3) for frame in reader]
+    return frames, meta
+
+
+def distinct_frames(frames: list[np.ndarray], tolerance: float = 2.0) -> int:
+    """How many frames differ from the one before by more than ``tolerance`` (mean absolute value)."""
+    return sum(
+        float(np.abs(a.astype(np.int16) - b.astype(np.int16)).mean()) > tolerance
+        for a, b in zip(frames, frames[1:], strict=False)
+    )
