@@ -77,8 +77,8 @@ def table(result: dict) -> str:
         f"--video-interval {s['interval']} (median of {s['runs']} pairs) | value |",
         "|---|---|",
         f"| iteration without video | {m['without'] * 1000:.1f} ms |",
-        f"| recorder's own cost per iteration (rendering, flag reads, encoding) | {m['recorder_per_iteration'] * 1000:.2f} ms "
-        f"({m['recorder_per_iteration'] / m['without']:.2%}) |",
+        f"| recorder's own cost per iteration (rendering, flag reads, encoding) | "
+        f"{m['recorder_per_iteration'] * 1000:.2f} ms ({m['recorder_per_iteration'] / m['without']:.2%}) |",
         f"| recorder's cost per recorded episode | {m['per_video'] * 1000:.0f} ms |",
         f"| end to end: iteration with video minus without | {m['difference'] * 1000:+.1f} ms "
         f"({m['difference'] / m['without']:+.1%}) |",

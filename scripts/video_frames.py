@@ -72,7 +72,8 @@ def main() -> None:
             name = task.removeprefix("Islab-").removesuffix("-v0").lower()
             target = args.out / f"video_{name}.png"
             Image.fromarray(frame_of(Path(video["video"]), args.frame)).save(target)
-            print(f"{target}: frame {args.frame} of {video['video']} (returns {[e['return'] for e in video['episodes']]})")
+            returns = [episode["return"] for episode in video["episodes"]]
+            print(f"{target}: frame {args.frame} of {video['video']} (returns {returns})")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ viewer would see: how many frames, their size, and that the picture changes.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,5 @@ def decode_mp4(path: Path) -> tuple[list[np.ndarray], dict]:
 def distinct_frames(frames: list[np.ndarray], tolerance: float = 2.0) -> int:
     """How many frames differ from the one before by more than ``tolerance`` (mean absolute value)."""
     return sum(
-        float(np.abs(a.astype(np.int16) - b.astype(np.int16)).mean()) > tolerance
-        for a, b in zip(frames, frames[1:], strict=False)
+        float(np.abs(a.astype(np.int16) - b.astype(np.int16)).mean()) > tolerance for a, b in itertools.pairwise(frames)
     )

@@ -42,7 +42,9 @@ def play_command(
     json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     video: Annotated[
         bool,
-        typer.Option("--video", help="Also record an MP4 into RUN_DIR/videos/play/ (Isaac Lab's trainer: one clip, then stop)."),
+        typer.Option(
+            "--video", help="Also record an MP4 into RUN_DIR/videos/play/ (Isaac Lab's trainer: one clip, then stop)."
+        ),
     ] = False,
     video_length: Annotated[
         int | None, typer.Option(help="Frames of the video at most. Default: until the recorded episodes end.")

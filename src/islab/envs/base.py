@@ -112,9 +112,7 @@ class DirectRLEnv:
     # every step from these (observations, rewards) need not be listed.
     state_tensors: tuple[str, ...] = ("episode_length_buf", "episode_return_buf", "_done_bytes")
 
-    def __init__(
-        self, cfg: DirectRLEnvCfg, device: str | torch.device = "cpu", render_mode: str | None = None
-    ) -> None:
+    def __init__(self, cfg: DirectRLEnvCfg, device: str | torch.device = "cpu", render_mode: str | None = None) -> None:
         if render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode {render_mode!r} is not one of {self.metadata['render_modes']}")
         self.cfg = cfg

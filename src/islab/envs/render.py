@@ -66,8 +66,8 @@ class Canvas:
 
     def _window(self, u0: float, v0: float, u1: float, v1: float) -> tuple[slice, slice] | None:
         """The pixel rows and columns of a bounding box, clipped to the frame (None: outside)."""
-        c0, c1 = max(int(math.floor(min(u0, u1))), 0), min(int(math.ceil(max(u0, u1))) + 1, self.width)
-        r0, r1 = max(int(math.floor(min(v0, v1))), 0), min(int(math.ceil(max(v0, v1))) + 1, self.height)
+        c0, c1 = max(math.floor(min(u0, u1)), 0), min(math.ceil(max(u0, u1)) + 1, self.width)
+        r0, r1 = max(math.floor(min(v0, v1)), 0), min(math.ceil(max(v0, v1)) + 1, self.height)
         return None if c0 >= c1 or r0 >= r1 else (slice(r0, r1), slice(c0, c1))
 
     def rect(self, x0: float, y0: float, x1: float, y1: float, color: Color) -> None:

@@ -70,6 +70,7 @@ from islab.rundir.layout import (
     PROGRESS_FILE,
     SPEC_FILE,
     SUMMARY_FILE,
+    VIDEOS_DIR,
     WANDB_RUN_ID_FILE,
     checkpoint_dir,
     curves_path,
@@ -86,8 +87,8 @@ from islab.rundir.layout import (
     rank_log,
     rank_logs,
     summary_path,
+    videos_dir,
 )
-from islab.rundir.layout import VIDEOS_DIR, videos_dir
 from islab.rundir.progress import (
     ProgressReader,
     ProgressWriter,

@@ -46,7 +46,7 @@ def gif_bytes(frames: list[np.ndarray], fps: float) -> bytes:
 
     small = [Image.fromarray(np.ascontiguousarray(frame[::2, ::2])) for frame in frames[::2]]
     buffer = io.BytesIO()
-    duration_ms = max(int(round(2000 / fps)), 20)
+    duration_ms = max(round(2000 / fps), 20)
     small[0].save(buffer, format="GIF", save_all=True, append_images=small[1:], duration=duration_ms, loop=0)
     return buffer.getvalue()
 

@@ -30,7 +30,7 @@ class VideoUnavailable(RuntimeError):
     """No MP4 writer in this Python: the message says how to install one."""
 
 
-def _imageio_ffmpeg():  # noqa: ANN202 -- the module, imported only when a video is written
+def _imageio_ffmpeg():  # the module, imported only when a video is written
     try:
         import imageio_ffmpeg
     except ImportError as error:
