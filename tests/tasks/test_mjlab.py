@@ -17,6 +17,7 @@ mjlab is missing. The rest need mjlab and skip without it, except in CI's mjlab 
   flat with one policy digest on both ranks (Go1's configs normalize observations, for every
   library: our normalizer sync is what keeps the digests equal), and each Go1 run resumed with
   ``--resume <run dir>`` continues at iteration 3 from the policy it saved.
+* ``play --video`` of an mjlab run renders through MuJoCo's offscreen renderer (an MP4 decoded back).
 The runs collect 4 env steps per env and iteration (the libraries' rollout-length override) instead of
 the configs' 24: a whole iteration (rollout, update, checkpoint) either way, and stepping MuJoCo Warp
 on CPU is most of these tests' time.
