@@ -25,8 +25,10 @@ def decode_mp4(path: Path) -> tuple[list[np.ndarray], dict]:
     return frames, meta
 
 
-def distinct_frames(frames: list[np.ndarray], tolerance: float = 2.0) -> int:
-    """How many frames differ from the one before by more than ``tolerance`` (mean absolute value)."""
+def distinct_frames(frames: list[np.ndarray], min_pixels: int = 20, level: int = 48) -> int:
+    """How many frames differ from the one before in at least ``min_pixels`` pixels by more than
+    ``level`` (of 255) in a channel: the picture moved, which H.264's small noise never does."""
     return sum(
-        float(np.abs(a.astype(np.int16) - b.astype(np.int16)).mean()) > tolerance for a, b in itertools.pairwise(frames)
+        int((np.abs(a.astype(np.int16) - b.astype(np.int16)).max(axis=2) > level).sum()) >= min_pixels
+        for a, b in itertools.pairwise(frames)
     )

@@ -264,4 +264,4 @@ def test_play_video_of_an_mjlab_task_through_mujocos_renderer(tmp_path: Path) ->
     frames, meta = decode_mp4(video)
     assert len(frames) == json.loads(video.with_suffix(".json").read_text())["frames"] == 20
     assert tuple(meta["size"]) == (320, 240)
-    assert distinct_frames(frames, tolerance=0.05) >= 10, "the picture hardly changes"
+    assert distinct_frames(frames) >= 10, "the picture hardly changes"

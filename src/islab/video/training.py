@@ -51,17 +51,15 @@ def gif_bytes(frames: list[np.ndarray], fps: float) -> bytes:
     return buffer.getvalue()
 
 
-def tensorboard_clip(folder: Path, tag: str, frames: list[np.ndarray], fps: float, step: int) -> None:
-    """One clip into TensorBoard's events under ``folder``: an image summary holding a GIF, which
-    is what ``SummaryWriter.add_video`` writes (done here without its moviepy dependency)."""
+def tensorboard_clip(writer: Any, tag: str, frames: list[np.ndarray], fps: float, step: int) -> None:
+    """One clip into TensorBoard's events (``writer``: torch's ``FileWriter``): an image summary
+    holding a GIF, which is what ``SummaryWriter.add_video`` writes (here without its moviepy)."""
     from tensorboard.compat.proto.summary_pb2 import Summary
-    from torch.utils.tensorboard.writer import FileWriter
 
-    height, width = frames[0].shape[0] // 2 + frames[0].shape[0] % 2, frames[0].shape[1] // 2 + frames[0].shape[1] % 2
+    height, width = (-(-size // 2) for size in frames[0].shape[:2])  # the GIF's half size, rounded up
     image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=gif_bytes(frames, fps))
-    writer = FileWriter(str(folder))
     writer.add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), global_step=step)
-    writer.close()
+    writer.flush()  # on disk now: a rank forked from torchrun's agent may end with os._exit
 
 
 class TrainingVideoRecorder:
@@ -79,6 +77,7 @@ class TrainingVideoRecorder:
         self._return, self._length = 0.0, 0
         self._done: list[tuple[int, list[np.ndarray], float, int, float]] = []  # recorded, not yet written
         self.written: list[Path] = []
+        self._events: Any = None  # TensorBoard's event file writer, made with the first clip
         self._step_seconds = 0.0  # rendering and flag reads for the video being made (docs/benchmarks.md)
         self._inner_step: Callable[[torch.Tensor], Any] = env.step
         env.step = self._step  # an instance attribute: every caller of env.step goes through it
@@ -122,7 +121,11 @@ class TrainingVideoRecorder:
         started = time.perf_counter()
         path = self.folder / f"iter_{iteration}.mp4"
         count = write_mp4(path, frames, self.fps)
-        tensorboard_clip(self.folder, TAG, frames, self.fps, iteration)
+        if self._events is None:
+            from torch.utils.tensorboard.writer import FileWriter
+
+            self._events = FileWriter(str(self.folder))
+        tensorboard_clip(self._events, TAG, frames, self.fps, iteration)
         if self.wandb_run is not None:
             import wandb
 
