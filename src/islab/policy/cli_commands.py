@@ -19,6 +19,7 @@ from pathlib import Path
 from islab.policy import isaaclab_play
 from islab.policy.isaaclab_play import isaaclab_run
 from islab.policy.loading import job_free_environment
+from islab.policy.play import DEFAULT_EPISODES, MAX_DEFAULT_ENVS
 from islab.policy.source import PolicySource, resolve_source
 from islab.spec.issues import Issue, SpecError
 
@@ -42,12 +43,16 @@ def _options_for_the_other(isaaclab: bool, **given: object) -> Issue | None:
                  "islab's play runs --episodes episodes and stops by itself")  # fmt: skip
 
 
-def _video_issue(video: bool, video_length: int | None, envs: int | None) -> Issue | None:
-    """``--video-length`` and ``--envs`` shape a video: without ``--video`` they would do nothing."""
+def _video_issue(video: bool, video_length: int | None, envs: int | None, parallel: int | None) -> Issue | None:
+    """``--video-length`` and ``--envs`` shape a video: without ``--video`` they would do nothing;
+    ``--envs`` cannot show more envs than play runs (``parallel``: its env count, when known)."""
     for option, value in (("--video-length", video_length), ("--envs", envs)):
         if value is not None and not video:
             return Issue(option, "shapes the video that --video records, and --video was not given",
                          f"Add --video, or leave out {option}")  # fmt: skip
+    if envs is not None and parallel is not None and envs > parallel:
+        return Issue("--envs", f"{envs} envs cannot be recorded out of the {parallel} play runs (--num-envs, "
+                     "default: --episodes)", f"Give --envs {parallel} or less, or --num-envs {envs}")  # fmt: skip
     return None
 
 
@@ -86,14 +91,15 @@ def play_command(
     run = isaaclab_run(run_dir)
     wrong = _options_for_the_other(run is not None, episodes=episodes, json_output=json_output, video=video,
                                    video_length=video_length, seconds=seconds, envs=envs)  # fmt: skip
-    wrong = wrong or _video_issue(video, video_length, envs)
+    parallel = None if run is not None else num_envs or min(episodes or DEFAULT_EPISODES, MAX_DEFAULT_ENVS)
+    wrong = wrong or _video_issue(video, video_length, envs, parallel)
     if wrong is not None:
         print(wrong.message(), file=sys.stderr)
         return 2
     if run is not None:
         return isaaclab_play.play_command(run, checkpoint=checkpoint, num_envs=num_envs, device=device, video=video,
                                           video_length=video_length, seconds=seconds)  # fmt: skip
-    episodes = 32 if episodes is None else episodes
+    episodes = DEFAULT_EPISODES if episodes is None else episodes
     device = "cpu" if device is None else device
     try:
         counts = {"--episodes": episodes, "--num-envs": num_envs, "--video-length": video_length, "--envs": envs}

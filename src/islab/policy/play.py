@@ -34,6 +34,7 @@ from islab.policy.source import resolve_source
 from islab.spec.issues import Issue, SpecError
 
 DEFAULT_EPISODES = 32
+MAX_DEFAULT_ENVS = 1024  # --num-envs by default: --episodes, at most this
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -115,7 +116,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     from islab.policy.loading import load_policy
 
     source = resolve_source(args.run_dir, args.checkpoint)
-    num_envs = args.num_envs or min(args.episodes, 1024)
+    num_envs = args.num_envs or min(args.episodes, MAX_DEFAULT_ENVS)
     started = time.perf_counter()
     recording = video_options(args, num_envs)
     loaded = load_policy(source, device=args.device, num_envs=num_envs, seed=args.seed, **recording)
