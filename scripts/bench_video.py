@@ -2,6 +2,7 @@
 
     python scripts/bench_video.py                          # 5 pairs of runs, the table on stdout
     python scripts/bench_video.py --runs 5 --out docs/video_bench.json
+    python scripts/bench_video.py --in-process --runs 5    # the recorder alone: cost per recorded episode
 
 Each pair is two real ``islab-train`` runs of rsl_rl Cartpole on one CPU rank (``--num-envs``
 1024, ``--max-iterations`` 100), interleaved: one without video, one with ``--video-interval``
@@ -70,6 +71,40 @@ def measure(args: argparse.Namespace) -> dict:
     return {"settings": vars(args) | {"out": None}, "pairs": pairs, "median": median}
 
 
+def recorder_cost(args: argparse.Namespace) -> dict:
+    """``--in-process``: the real recorder on a real env, without the training around it. Cartpole
+    with ``--num-envs`` envs is stepped with random actions 16 steps at a time (one rsl_rl
+    iteration's rollout), the recorder's hook after each; every recorded episode's ``cost_s`` is
+    read back. The env steps alone are timed too, with and without the recorder attached."""
+    import torch
+
+    from islab.envs import make_env
+    from islab.video.training import TrainingVideoRecorder
+
+    class Adapter:  # what the hook reads of the adapter
+        job_env_steps = 0
+
+    costs, frames = [], []
+    with tempfile.TemporaryDirectory(prefix="islab-bench-video-") as scratch:
+        env = make_env("Islab-Cartpole-v0", args.num_envs, "cpu", seed=0, render_mode="rgb_array")
+        env.reset(seed=0)
+        recorder = TrainingVideoRecorder(env, Path(scratch), interval=1, start_iteration=0)
+        iteration = 0
+        while len(recorder.written) < args.runs:
+            # a balancing policy (pole angle and velocity feedback), so that episodes last their 300 steps
+            for _ in range(16):
+                state = env.state
+                env.step(((40 * state[:, 2] + 8 * state[:, 3]) / 100).clamp(-1, 1).unsqueeze(1))
+            iteration += 1
+            recorder(Adapter(), iteration, 10**9)
+        for path in recorder.written:
+            record = json.loads(path.with_suffix(".json").read_text())
+            costs.append(sum(record["cost_s"].values()))
+            frames.append(record["frames"])
+    return {"settings": vars(args) | {"out": None}, "per_video": costs, "frames": frames,
+            "median_per_video": statistics.median(costs), "iterations": iteration}  # fmt: skip
+
+
 def table(result: dict) -> str:
     m, s = result["median"], result["settings"]
     return "\n".join([
@@ -92,7 +127,12 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=100)
     parser.add_argument("--num-envs", type=int, default=1024)
     parser.add_argument("--out", type=Path, default=None, help="also write the result as JSON")
+    parser.add_argument("--in-process", action="store_true", help="only the recorder's cost per recorded episode")
     args = parser.parse_args()
+    if args.in_process:
+        result = recorder_cost(args)
+        print(json.dumps(result, indent=2))
+        return
     result = measure(args)
     if args.out is not None:
         args.out.write_text(json.dumps(result, indent=2) + "\n")
