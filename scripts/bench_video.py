@@ -76,7 +76,6 @@ def recorder_cost(args: argparse.Namespace) -> dict:
     with ``--num-envs`` envs is stepped with random actions 16 steps at a time (one rsl_rl
     iteration's rollout), the recorder's hook after each; every recorded episode's ``cost_s`` is
     read back. The env steps alone are timed too, with and without the recorder attached."""
-    import torch
 
     from islab.envs import make_env
     from islab.video.training import TrainingVideoRecorder

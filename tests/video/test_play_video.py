@@ -72,8 +72,9 @@ def test_readme_video_command_records_the_evaluated_cartpole_episodes(one_rank_r
 
 @pytest.mark.parametrize(
     ("args", "field"),
-    [(("--envs", "2"), "--envs"), (("--video-length", "10"), "--video-length"), (("--video", "--envs", "0"), "--envs"),
-     (("--video", "--envs", "5", "--num-envs", "4"), "--envs"), (("--video", "--envs", "3", "--episodes", "2"), "--envs")],
+    [(("--envs", "2"), "--envs"), (("--video-length", "10"), "--video-length"),
+     (("--video", "--envs", "0"), "--envs"), (("--video", "--envs", "5", "--num-envs", "4"), "--envs"),
+     (("--video", "--envs", "3", "--episodes", "2"), "--envs")],
 )  # fmt: skip
 def test_bad_video_options_exit_2(tmp_path: Path, args: tuple[str, ...], field: str) -> None:
     """Refused before the run directory is even read."""

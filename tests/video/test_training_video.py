@@ -59,7 +59,8 @@ def test_video_interval_records_on_rank_0_only(quadcopter_run) -> None:
         record = json.loads(video.with_suffix(".json").read_text())
         assert record["rank"] == 0 and record["iteration"] % INTERVAL == 0
         frames, meta = decode_mp4(video)
-        assert len(frames) == record["frames"] == record["length"]  # the reset state, then after each step but the last
+        # the reset state, then one frame after each step but the last
+        assert len(frames) == record["frames"] == record["length"]
         assert tuple(meta["size"]) == (320, 240) and meta["codec"] == "h264"
         assert distinct_frames(frames) >= len(frames) // 2
         wanted.append(record["iteration"])
@@ -69,7 +70,18 @@ def test_video_interval_records_on_rank_0_only(quadcopter_run) -> None:
 
 def test_play_video_of_quadcopter(quadcopter_run) -> None:
     run_dir, _ = quadcopter_run
-    play = [sys.executable, "-m", "islab.cli", "play", str(run_dir), "--episodes", "1", "--video", "--video-length", "40"]
+    play = [
+        sys.executable,
+        "-m",
+        "islab.cli",
+        "play",
+        str(run_dir),
+        "--episodes",
+        "1",
+        "--video",
+        "--video-length",
+        "40",
+    ]
     done = subprocess.run(play, capture_output=True, text=True, timeout=600, env=child_env(("ISLAB_", "RANK")))
     assert done.returncode == 0, done.stderr[-3000:]
     (video,) = rundir.videos_dir(run_dir, "play").glob("*.mp4")

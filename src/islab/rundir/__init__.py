@@ -87,6 +87,7 @@ from islab.rundir.layout import (
     rank_log,
     rank_logs,
     summary_path,
+    video_stem,
     videos_dir,
 )
 from islab.rundir.progress import (
@@ -173,6 +174,7 @@ __all__ = [
     "resume_source",
     "run_dir_of",
     "summary_path",
+    "video_stem",
     "videos_dir",
     "wandb_run_id",
     "write_digest",

@@ -103,5 +103,11 @@ def videos_dir(run_dir: str | Path, kind: str) -> Path:
     return Path(run_dir, VIDEOS_DIR, kind)
 
 
+def video_stem(iteration: int, *parts: str) -> str:
+    """A video's file name without suffix: ``iter_<N>`` of the policy's iteration, then ``parts``
+    (``iter_60-envs_2-return_287.3``); its ``.mp4`` and ``.json`` share it."""
+    return "-".join((f"{HISTORY_PREFIX}{iteration}", *parts))
+
+
 def curves_path(run_dir: str | Path) -> Path:
     return Path(run_dir, CURVES_FILE)

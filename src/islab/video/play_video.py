@@ -94,7 +94,7 @@ class PlayRecorder:
     def write(self, run_dir: Path, iteration: int, checkpoint: str) -> dict[str, Any]:
         """The MP4 and its JSON in ``RUN/videos/play/``; returns what the JSON holds."""
         mean = sum(self.returns) / len(self.returns)
-        stem = f"iter_{iteration}-envs_{len(self.env_ids)}-return_{mean:.1f}"
+        stem = rundir.video_stem(iteration, f"envs_{len(self.env_ids)}", f"return_{mean:.1f}")
         folder = rundir.videos_dir(run_dir, "play")
         fps = float(self.env.metadata.get("render_fps", 30.0))
         written = write_mp4(folder / f"{stem}.mp4", self.frames, fps)

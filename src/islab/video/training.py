@@ -119,7 +119,7 @@ class TrainingVideoRecorder:
         step_seconds: float,
     ) -> None:  # fmt: skip
         started = time.perf_counter()
-        path = self.folder / f"iter_{iteration}.mp4"
+        path = self.folder / f"{rundir.video_stem(iteration)}.mp4"
         count = write_mp4(path, frames, self.fps)
         if self._events is None:
             from torch.utils.tensorboard.writer import FileWriter
