@@ -70,18 +70,8 @@ def test_video_interval_records_on_rank_0_only(quadcopter_run) -> None:
 
 def test_play_video_of_quadcopter(quadcopter_run) -> None:
     run_dir, _ = quadcopter_run
-    play = [
-        sys.executable,
-        "-m",
-        "islab.cli",
-        "play",
-        str(run_dir),
-        "--episodes",
-        "1",
-        "--video",
-        "--video-length",
-        "40",
-    ]
+    play = [sys.executable, "-m", "islab.cli", "play", str(run_dir), "--episodes", "1", "--video",
+            "--video-length", "40"]  # fmt: skip
     done = subprocess.run(play, capture_output=True, text=True, timeout=600, env=child_env(("ISLAB_", "RANK")))
     assert done.returncode == 0, done.stderr[-3000:]
     (video,) = rundir.videos_dir(run_dir, "play").glob("*.mp4")
