@@ -129,8 +129,8 @@ install_sky_venv() {  # .venv-sky: SkyPilot alone, for tests/sky/test_sky_schema
 
 case ",${ISLAB_EXTRAS:-}," in
     *,isaaclab,*) install_isaaclab_venv ;;
-    *,mjlab,*) install_venv .venv-mjlab "dev,jax,mjlab" ;;
+    *,mjlab,*) install_venv .venv-mjlab "dev,jax,mjlab,video" ;;
     *,sky,*) install_sky_venv ;;
-    *) install_venv .venv "dev,jax,onnx,wandb,sweep,k8s-test"
+    *) install_venv .venv "dev,jax,onnx,wandb,sweep,k8s-test,video"
        install_sky_venv ;;
 esac

@@ -61,7 +61,8 @@ def test_each_kind_of_play_refuses_the_others_options(islab, tmp_path):
         (("play", run_dir, "--checkpoint", "best"), "--checkpoint"),
         (("play", run_dir, "--seconds", "0"), "--seconds"),
         (("export", run_dir), "RUN_DIR"),  # Isaac Lab's rl_games play exports nothing
-        (("play", str(tmp_path), "--video"), "--video"),  # not a run of Isaac Lab's trainer
+        (("play", run_dir, "--video", "--envs", "2"), "--envs"),  # islab's play tiles --envs (Isaac Lab's: --num-envs)
+        (("play", str(tmp_path), "--seconds", "5"), "--seconds"),  # not a run of Isaac Lab's trainer
     ):
         code, out, err = islab(*args)
         assert code == 2 and err.startswith(f"error: {field}: ") and out == "", (args, err)

@@ -59,7 +59,9 @@ VARIANTS = (
 
 
 # Options added to the table after the hand-written bridge: it cannot write them.
-NEWER = ({"keep_checkpoints": 0}, {"keep_checkpoints": 7, "total_env_steps": 9, "logger": "wandb"})
+NEWER = (
+    {"keep_checkpoints": 0}, {"keep_checkpoints": 7, "total_env_steps": 9, "logger": "wandb"}, {"video_interval": 5},
+)  # fmt: skip
 
 
 def specs(variants: tuple[dict, ...] = VARIANTS) -> list[RunSpec]:
@@ -87,6 +89,7 @@ def test_the_worker_reads_back_what_the_planner_wrote(spec, monkeypatch):
         "peer_timeout": float(rendezvous_timeout_of(spec)), "overrides": list(spec.overrides),
         "resume": Path(spec.resume) if spec.resume is not None else None,
         "total_env_steps": spec.total_env_steps, "keep_checkpoints": spec.keep_checkpoints,
+        "video_interval": spec.video_interval,
         "max_iterations": spec.max_iterations if spec.total_env_steps is None else None,
         "scheduler_job": None, "job_restart": None,  # no scheduler job (tests/plan/test_plan.py has one)
     }  # fmt: skip

@@ -17,6 +17,7 @@ mjlab is missing. The rest need mjlab and skip without it, except in CI's mjlab 
   flat with one policy digest on both ranks (Go1's configs normalize observations, for every
   library: our normalizer sync is what keeps the digests equal), and each Go1 run resumed with
   ``--resume <run dir>`` continues at iteration 3 from the policy it saved.
+* ``play --video`` of an mjlab run renders through MuJoCo's offscreen renderer (an MP4 decoded back).
 The runs collect 4 env steps per env and iteration (the libraries' rollout-length override) instead of
 the configs' 24: a whole iteration (rollout, update, checkpoint) either way, and stepping MuJoCo Warp
 on CPU is most of these tests' time.
@@ -244,3 +245,23 @@ def test_two_cpu_ranks_train_an_mjlab_task(tmp_path: Path, lib: str, framework: 
     assert summary["resumed"]["policy_sha256_loaded"] == first
     resumed_first, resumed_second = digests(run_dir)
     assert resumed_first == resumed_second != first
+
+
+@needs_mjlab
+@pytest.mark.slow
+def test_play_video_of_an_mjlab_task_through_mujocos_renderer(tmp_path: Path) -> None:
+    """``play --video`` of an mjlab run: MuJoCo's offscreen renderer (MUJOCO_GL=osmesa on this CPU
+    machine, egl where only Mesa's libEGL is there), decoded back: 20 frames of 320 x 240 that change."""
+    from videos import decode_mp4, distinct_frames
+
+    done = launch(tmp_path, "rsl_rl", "torch", CARTPOLE, ranks=1, envs=2, iterations=1)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (run_dir,) = (tmp_path / "logs" / "rsl_rl" / CARTPOLE).glob("*_mj")
+    play = [*ISLAB_TRAIN, "play", str(run_dir), "--episodes", "1", "--num-envs", "1", "--video", "--video-length", "20"]
+    played = subprocess.run(play, capture_output=True, text=True, timeout=600, env=child_env(("ISLAB_", "RANK")))
+    assert played.returncode == 0, played.stdout[-3000:] + played.stderr[-3000:]
+    (video,) = (run_dir / "videos" / "play").glob("*.mp4")
+    frames, meta = decode_mp4(video)
+    assert len(frames) == json.loads(video.with_suffix(".json").read_text())["frames"] == 20
+    assert tuple(meta["size"]) == (320, 240)
+    assert distinct_frames(frames) >= 10, "the picture hardly changes"

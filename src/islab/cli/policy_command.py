@@ -44,15 +44,23 @@ def play_command(
     num_envs: Annotated[int | None, typer.Option(help="Parallel envs. Default: --episodes (at most 1024).")] = None,
     device: Annotated[str | None, typer.Option(help="cpu or cuda (Isaac Lab: its --device). Default: cpu.")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
-    video: Annotated[bool, typer.Option("--video", help="Isaac Lab's trainer: record one clip, then stop.")] = False,
-    video_length: Annotated[int | None, typer.Option(help="Isaac Lab's trainer: steps of the clip.")] = None,
+    video: Annotated[
+        bool,
+        typer.Option(
+            "--video", help="Also record an MP4 into RUN_DIR/videos/play/ (Isaac Lab's trainer: one clip, then stop)."
+        ),
+    ] = False,
+    video_length: Annotated[
+        int | None, typer.Option(help="Frames of the video at most. Default: until the recorded episodes end.")
+    ] = None,
+    envs: Annotated[int | None, typer.Option(help="Envs shown in the video, tiled. Default: 1.")] = None,
     seconds: Annotated[
         float | None, typer.Option(help="Isaac Lab's trainer: stop its play (SIGINT) after S s.")
     ] = None,
 ) -> None:
     raise typer.Exit(policy_commands.play_command(
         run_dir, checkpoint=checkpoint, episodes=episodes, num_envs=num_envs, device=device, json_output=json_output,
-        video=video, video_length=video_length, seconds=seconds,
+        video=video, video_length=video_length, seconds=seconds, envs=envs,
     ))  # fmt: skip
 
 

@@ -49,12 +49,14 @@ import math
 import os
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium
 import numpy as np
 import torch
+
+from islab.envs.render import Canvas, ViewerCfg, rendered_env_ids, tile
 
 
 @dataclass
@@ -71,6 +73,8 @@ class DirectRLEnvCfg:
     # Fuse the pre-reset part of step() with torch.compile (see the module docstring). None: read
     # ISLAB_ENV_COMPILE (1/true/yes = on); the default is off, because the first compile is slow.
     compile_step: bool | None = None
+    # What render() shows (Isaac Lab's DirectRLEnvCfg.viewer): which env, how many, the frame size.
+    viewer: ViewerCfg = field(default_factory=ViewerCfg)
 
 
 COMPILE_VARIABLE = "ISLAB_ENV_COMPILE"
@@ -102,20 +106,24 @@ StepResult = tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, torch.Te
 class DirectRLEnv:
     """Base class: batched buffers, the step loop, episode bookkeeping. See the module docstring."""
 
-    metadata: dict[str, Any] = {"render_modes": [None]}  # noqa: RUF012 -- gymnasium convention
-    render_mode = None
+    metadata: dict[str, Any] = {"render_modes": [None, "rgb_array"]}  # noqa: RUF012 -- gymnasium convention
     # The tensors that are the env's state between two steps (``state_dict``): each task adds its
     # own (``state_tensors = (*DirectRLEnv.state_tensors, "my_buffer")``). Buffers recomputed in
     # every step from these (observations, rewards) need not be listed.
     state_tensors: tuple[str, ...] = ("episode_length_buf", "episode_return_buf", "_done_bytes")
 
-    def __init__(self, cfg: DirectRLEnvCfg, device: str | torch.device = "cpu") -> None:
+    def __init__(self, cfg: DirectRLEnvCfg, device: str | torch.device = "cpu", render_mode: str | None = None) -> None:
+        if render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode {render_mode!r} is not one of {self.metadata['render_modes']}")
         self.cfg = cfg
+        self.render_mode = render_mode
         self.device = torch.device(device)
         self.num_envs = cfg.num_envs
         self.physics_dt = cfg.sim_dt
         self.step_dt = cfg.sim_dt * cfg.decimation
         self.max_episode_length = math.ceil(cfg.episode_length_s / self.step_dt)
+        # per instance, as Isaac Lab sets it: a video plays at the policy's rate
+        self.metadata = {**type(self).metadata, "render_fps": 1.0 / self.step_dt}
 
         self.single_observation_space = gymnasium.spaces.Dict(
             {"policy": gymnasium.spaces.Box(-np.inf, np.inf, shape=(cfg.observation_space,))}
@@ -268,6 +276,25 @@ class DirectRLEnv:
     def close(self) -> None:
         """Nothing to release: all state lives in tensors."""
 
+    @property
+    def viewer(self) -> ViewerCfg:
+        """What ``render`` shows (``cfg.viewer``)."""
+        return self.cfg.viewer
+
+    def render(self, recompute: bool = False) -> np.ndarray | None:
+        """Isaac Lab's ``render``: with ``render_mode="rgb_array"`` a ``(height, width, 3)`` uint8
+        frame of ``cfg.viewer``'s envs as they are now (several tiled), else None. ``recompute`` is
+        Isaac Lab's (force a render the simulator already did); a diagram is always drawn anew."""
+        del recompute
+        if self.render_mode != "rgb_array":
+            return None
+        frames = [self.render_env(env_id) for env_id in rendered_env_ids(self.viewer, self.num_envs)]
+        return frames[0] if len(frames) == 1 else tile(frames)
+
+    def render_env(self, env_id: int) -> np.ndarray:
+        """One env's frame (``cfg.viewer.width`` x ``height``), drawn by the task's ``_draw``."""
+        return self._draw(env_id, self.viewer.width, self.viewer.height).pixels
+
     # -- hooks a task implements ----------------------------------------------------------------
 
     def _setup_scene(self) -> None:
@@ -292,6 +319,10 @@ class DirectRLEnv:
 
     def _get_dones(self) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
+
+    def _draw(self, env_id: int, width: int, height: int) -> Canvas:
+        """A diagram of env ``env_id`` now, on a new canvas (``islab.envs.render``)."""
+        raise NotImplementedError(f"{type(self).__name__} draws no frames")
 
     def _reset_idx(self, env_ids: torch.Tensor) -> None:
         """Reset the given envs; tasks call ``super()._reset_idx(env_ids)`` first."""

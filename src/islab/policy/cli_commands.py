@@ -19,18 +19,19 @@ from pathlib import Path
 from islab.policy import isaaclab_play
 from islab.policy.isaaclab_play import isaaclab_run
 from islab.policy.loading import job_free_environment
+from islab.policy.play import DEFAULT_EPISODES, MAX_DEFAULT_ENVS
 from islab.policy.source import PolicySource, resolve_source
 from islab.spec.issues import Issue, SpecError
 
 DEVICES = ("cpu", "cuda")
-ISAACLAB_ONLY = ("--video", "--video-length", "--seconds")  # Isaac Lab's play takes them
-ISLAB_ONLY = ("--episodes", "--json")  # islab's play counts episodes and reports them
+ISAACLAB_ONLY = ("--seconds",)  # Isaac Lab's play takes it (both take --video and --video-length)
+ISLAB_ONLY = ("--episodes", "--json", "--envs")  # islab's play counts episodes, reports them, tiles --envs
 
 
 def _options_for_the_other(isaaclab: bool, **given: object) -> Issue | None:
     """An option of the other kind of play, given for this run."""
     names = {"episodes": "--episodes", "json_output": "--json", "video": "--video", "video_length": "--video-length",
-             "seconds": "--seconds"}  # fmt: skip
+             "seconds": "--seconds", "envs": "--envs"}  # fmt: skip
     used = [names[key] for key, value in given.items() if value not in (None, False)]
     wrong = [name for name in used if name in (ISLAB_ONLY if isaaclab else ISAACLAB_ONLY)]
     if not wrong:
@@ -40,6 +41,19 @@ def _options_for_the_other(isaaclab: bool, **given: object) -> Issue | None:
                      "Give --seconds S to stop it after S seconds, or --video (it stops after one clip)")  # fmt: skip
     return Issue(wrong[0], "applies to runs of Isaac Lab's trainer (islab-train --isaaclab), which Isaac Lab plays",
                  "islab's play runs --episodes episodes and stops by itself")  # fmt: skip
+
+
+def _video_issue(video: bool, video_length: int | None, envs: int | None, parallel: int | None) -> Issue | None:
+    """``--video-length`` and ``--envs`` shape a video: without ``--video`` they would do nothing;
+    ``--envs`` cannot show more envs than play runs (``parallel``: its env count, when known)."""
+    for option, value in (("--video-length", video_length), ("--envs", envs)):
+        if value is not None and not video:
+            return Issue(option, "shapes the video that --video records, and --video was not given",
+                         f"Add --video, or leave out {option}")  # fmt: skip
+    if envs is not None and parallel is not None and envs > parallel:
+        return Issue("--envs", f"{envs} envs cannot be recorded out of the {parallel} play runs (--num-envs, "
+                     "default: --episodes)", f"Give --envs {parallel} or less, or --num-envs {envs}")  # fmt: skip
+    return None
 
 
 def _check(run_dir: str | Path, checkpoint: str, device: str, counts: dict[str, int | None]) -> PolicySource:
@@ -69,29 +83,36 @@ def play_command(
     video: bool = False,
     video_length: int | None = None,
     seconds: float | None = None,
+    envs: int | None = None,
 ) -> int:
     """``islab-train play``: exit status (0 ok, 2 bad input). A run of Isaac Lab's trainer is played
-    by Isaac Lab (:mod:`islab.policy.isaaclab_play`); only that play takes ``video``,
-    ``video_length`` and ``seconds``, only islab's ``episodes`` and ``json_output``."""
+    by Isaac Lab (:mod:`islab.policy.isaaclab_play`); only that play takes ``seconds``, only islab's
+    ``episodes``, ``json_output`` and ``envs``; both record ``video`` (``video_length`` frames)."""
     run = isaaclab_run(run_dir)
     wrong = _options_for_the_other(run is not None, episodes=episodes, json_output=json_output, video=video,
-                                   video_length=video_length, seconds=seconds)  # fmt: skip
+                                   video_length=video_length, seconds=seconds, envs=envs)  # fmt: skip
+    parallel = None if run is not None else num_envs or min(episodes or DEFAULT_EPISODES, MAX_DEFAULT_ENVS)
+    wrong = wrong or _video_issue(video, video_length, envs, parallel)
     if wrong is not None:
         print(wrong.message(), file=sys.stderr)
         return 2
     if run is not None:
         return isaaclab_play.play_command(run, checkpoint=checkpoint, num_envs=num_envs, device=device, video=video,
                                           video_length=video_length, seconds=seconds)  # fmt: skip
-    episodes = 32 if episodes is None else episodes
+    episodes = DEFAULT_EPISODES if episodes is None else episodes
     device = "cpu" if device is None else device
     try:
-        source = _check(run_dir, checkpoint, device, {"--episodes": episodes, "--num-envs": num_envs})
+        counts = {"--episodes": episodes, "--num-envs": num_envs, "--video-length": video_length, "--envs": envs}
+        source = _check(run_dir, checkpoint, device, counts)
     except SpecError as error:
         print(str(error), file=sys.stderr)
         return 2
     args = [str(run_dir), "--checkpoint", checkpoint, "--episodes", str(episodes), "--device", device]
     args += ["--num-envs", str(num_envs)] if num_envs is not None else []
     args += ["--json"] if json_output else []
+    args += ["--video"] if video else []
+    args += ["--video-length", str(video_length)] if video_length is not None else []
+    args += ["--envs", str(envs)] if envs is not None else []
     return _run_child("islab.policy.play", args, source, device, python)
 
 

@@ -73,9 +73,16 @@ def read_agent_config(run_dir: Path) -> dict[str, Any]:
 
 
 def load_policy(
-    source: PolicySource, *, device: str = "cpu", num_envs: int = 1, seed: int | None = None
+    source: PolicySource,
+    *,
+    device: str = "cpu",
+    num_envs: int = 1,
+    seed: int | None = None,
+    render_mode: str | None = None,
+    viewer: Any = None,
 ) -> LoadedPolicy:
-    """Build the env (``num_envs``) and the adapter on ``device`` and load the checkpoint into it."""
+    """Build the env (``num_envs``; ``render_mode``/``viewer`` as ``islab.envs.make_env`` takes them)
+    and the adapter on ``device`` and load the checkpoint into it."""
     os.environ.update(job_free_environment(dict(os.environ), source.lib, source.ml_framework, device))
     for name in JOB_VARIABLES:
         os.environ.pop(name, None)
@@ -102,7 +109,7 @@ def load_policy(
         raise PolicyLoadError("--checkpoint", str(error).removeprefix("resume: ")) from error
     agent_cfg = read_agent_config(source.run_dir)
     adapter_class = load_adapter(source.lib, source.ml_framework)
-    env = make_env(source.task, num_envs, ctx.device, seed=ctx.seed)
+    env = make_env(source.task, num_envs, ctx.device, seed=ctx.seed, render_mode=render_mode, viewer=viewer)
     run = identity(
         source.lib, source.ml_framework, source.task, env.single_observation_space["policy"].shape,
         env.single_action_space.shape,

@@ -114,6 +114,9 @@ def _disk_issue(spec: RunSpec, edge: Edge) -> Issue | None:
     if spec.logger == "wandb" and not edge.module_installed("wandb"):
         return Issue("logger", "wandb needs the [wandb] extra, which is not installed (no module 'wandb')",
                      f"{install_extra_hint('wandb')}, or use --logger tensorboard")  # fmt: skip
+    if spec.video_interval and not edge.module_installed("imageio_ffmpeg"):
+        return Issue("video_interval", "recording videos needs the [video] extra, which is not installed (no module "
+                     "'imageio_ffmpeg')", f"{install_extra_hint('video')}, or leave out --video-interval")  # fmt: skip
     task_problem = edge.task_problem(spec.task)
     if task_problem is not None:
         return Issue("task", *task_problem)

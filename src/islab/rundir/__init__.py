@@ -78,6 +78,7 @@ from islab.rundir.layout import (
     PROGRESS_FILE,
     SPEC_FILE,
     SUMMARY_FILE,
+    VIDEOS_DIR,
     WANDB_RUN_ID_FILE,
     checkpoint_dir,
     curves_path,
@@ -97,6 +98,8 @@ from islab.rundir.layout import (
     rank_log,
     rank_logs,
     summary_path,
+    video_stem,
+    videos_dir,
 )
 from islab.rundir.progress import (
     ProgressReader,
@@ -153,6 +156,7 @@ __all__ = [
     "SUMMARY_CHECKPOINT",
     "SUMMARY_FILE",
     "SUMMARY_LIBRARY_CHECKPOINT",
+    "VIDEOS_DIR",
     "WANDB_RUN_ID_FILE",
     "ProgressReader",
     "ProgressWriter",
@@ -193,6 +197,8 @@ __all__ = [
     "resume_source",
     "run_dir_of",
     "summary_path",
+    "video_stem",
+    "videos_dir",
     "wandb_run_id",
     "write_digest",
     "write_figure_atomic",

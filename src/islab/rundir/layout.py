@@ -28,6 +28,7 @@ EXPORT_DIR = "exported"
 WANDB_RUN_ID_FILE = "wandb_run_id"
 PREFLIGHT_FILE = "preflight.json"
 PREFLIGHT_DIR = "preflight"  # the probe's rank logs (NCCL_DEBUG=INFO output)
+VIDEOS_DIR = "videos"  # videos/play/ (islab-train play --video), videos/train/ (--video-interval)
 TRAINER_RUNS_FILE = "trainer_runs.jsonl"  # an entry point's own run folders (islab.rundir.trainer_runs)
 
 
@@ -97,6 +98,18 @@ def flight_recorder_prefix(run_dir: str | Path) -> Path:
     """``logs/nccl_trace_rank_``: PyTorch's NCCL flight recorder appends the rank to this prefix
     (``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``) when a collective times out."""
     return logs_dir(run_dir) / "nccl_trace_rank_"
+
+
+def videos_dir(run_dir: str | Path, kind: str) -> Path:
+    """``videos/<kind>/``: ``play`` (islab-train play --video) or ``train`` (--video-interval), the
+    folders Isaac Lab's and mjlab's train/play scripts record into."""
+    return Path(run_dir, VIDEOS_DIR, kind)
+
+
+def video_stem(iteration: int, *parts: str) -> str:
+    """A video's file name without suffix: ``iter_<N>`` of the policy's iteration, then ``parts``
+    (``iter_60-envs_2-return_287.3``); its ``.mp4`` and ``.json`` share it."""
+    return "-".join((f"{HISTORY_PREFIX}{iteration}", *parts))
 
 
 def curves_path(run_dir: str | Path) -> Path:

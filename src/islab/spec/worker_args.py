@@ -122,6 +122,13 @@ WORKER_ARGS: tuple[WorkerArg, ...] = (
                       f"newest N, older ones are deleted as new ones are written; 0: only {_LATEST}.", shared=False)),
     WorkerArg("--logger", "wandb: rank 0 also logs every iteration to one Weights & Biases run per run directory",
               default="tensorboard", field="logger", emit=Emit.NOT_DEFAULT, choices=("tensorboard", "wandb")),
+    # Only rank 0 renders and records (islab.video.training): a per-node field.
+    WorkerArg("--video-interval", "rank 0 records one env's episode at the start and every N iterations: MP4 in "
+              "videos/train/, TensorBoard, W&B with --logger wandb (0: never)", int, default=0,
+              field="video_interval", emit=Emit.NOT_DEFAULT, metavar="N", minimum=0,
+              cli=Cli("Record one env's episode on rank 0 at the start and every N iterations (e.g. 50): an MP4 "
+                      "and its returns in RUN/videos/train/, a clip in TensorBoard (and W&B with --logger wandb); "
+                      "other ranks create no renderer. 0: off. Needs the [video] extra.", shared=False)),
     # A collective waits as long as the rendezvous does: a vanished node fails the job, not hangs it.
     # The planner supplies that wait (plan.rendezvous_timeout_of: the user's rendezvous.timeout_s, else
     # the launcher's own default), not a spec field. The default is for a rank started by hand.

@@ -162,6 +162,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     configure_process(ctx)
     init_process_group(ctx, timeout_s=args.peer_timeout)
+    # --video-interval: only rank 0 renders; every other rank's env has no renderer (islab.video.training)
+    records_video = bool(args.video_interval) and ctx.is_main
+    if records_video:  # before the agent config imports the task: MuJoCo reads MUJOCO_GL once, at import
+        from islab.envs.gl_backend import choose_mujoco_gl
+
+        choose_mujoco_gl(ctx.device, os.environ)
     agent_cfg = load_agent_config(args.lib, args.task, args.overrides)
     if args.total_env_steps is not None:
         budget = budget_for(args, agent_cfg, ctx.world_size)
@@ -170,8 +176,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             print(f"[islab] {budget.describe(resuming=args.resume is not None)}", flush=True)
     # Imported before anything collective: skrl-JAX joins jax.distributed when skrl is imported.
     adapter_class = load_adapter(args.lib, args.ml_framework)
-    env = make_env(args.task, args.num_envs, ctx.device, seed=ctx.seed)
+    render_mode = "rgb_array" if records_video else None
+    env = make_env(args.task, args.num_envs, ctx.device, seed=ctx.seed, render_mode=render_mode)
     print(f"[islab] rank {ctx.rank} env generator at start: {generator_digest(env.generator)}", flush=True)
+    if args.video_interval:
+        print(f"[islab] rank {ctx.rank} render_mode={env.render_mode}", flush=True)
     observation_shape = env.single_observation_space["policy"].shape
     run_identity = identity(args.lib, args.ml_framework, args.task, observation_shape, env.single_action_space.shape)
     collective = collective_for(ctx)
@@ -233,6 +242,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         wandb_logger = WandbLogger(run_dir, spec)
         adapter.iteration_hooks.append(wandb_logger)
+    if records_video:
+        from islab.video.training import TrainingVideoRecorder
+
+        wandb_run = None if wandb_logger is None else wandb_logger.run
+        adapter.iteration_hooks.append(
+            TrainingVideoRecorder(env, run_dir, args.video_interval, adapter.iteration, wandb_run=wandb_run)
+        )
     adapter.iteration_hooks.append(lambda _, iteration, __: maybe_inject_fault(ctx.rank, run_dir, iteration))
     # Last hook: a heartbeat means the iteration finished completely (checkpoint and faults included),
     # so a rank stuck in any of them is behind its peers in the launcher's hang watch.

@@ -26,6 +26,7 @@ from typing import ClassVar
 
 import torch
 
+from islab.envs import render
 from islab.envs.base import EPISODES_ENDED, DirectRLEnv, DirectRLEnvCfg, StepResult
 
 
@@ -157,6 +158,22 @@ class CartpoleEnv(DirectRLEnv):
         """Per env, whether an episode that ended in this step succeeded (islab-train play counts
         it); called with the step's own terminated/truncated flags."""
         return truncated & ~terminated
+
+    def _draw(self, env_id: int, width: int, height: int) -> render.Canvas:
+        """Side view: the track between its limits (dashed ends), the cart, the pole from its pivot
+        (angle 0 is upright, positive leans towards +x, as in the equations)."""
+        cfg = self.cfg
+        x, theta = (float(value) for value in self._state[0::2, env_id].tolist())  # cart pos, pole angle
+        limit, pole = cfg.max_cart_pos, 2 * cfg.pole_half_length
+        canvas = render.Canvas(width, height, (-limit - 0.6, limit + 0.6), (-0.9, pole + 0.6))
+        canvas.line((-limit, 0.0), (limit, 0.0), 2, render.INK)  # the track
+        for end in (-limit, limit):
+            canvas.line((end, -0.15), (end, 0.15), 2, render.ACCENT)
+        canvas.rect(x - 0.3, -0.1, x + 0.3, 0.12, render.BLUE)  # the cart
+        tip = (x + pole * math.sin(theta), 0.12 + pole * math.cos(theta))
+        canvas.line((x, 0.12), tip, max(3.0, canvas.scale * 0.08), render.ACCENT)
+        canvas.disk(x, 0.12, max(2.5, canvas.scale * 0.06), render.INK)
+        return canvas
 
     def _setup_scene(self) -> None:
         n, dev, cfg = self.num_envs, self.device, self.cfg

@@ -23,6 +23,12 @@ mjlab's ``ManagerBasedRlEnv`` already steps like Isaac Lab's: batched tensors on
   islab checkpoint's torch RNG state covers it.
 * Warp compiles its kernels on first use (Go1: ~25 s once); point ``WARP_CACHE_PATH`` at a
   directory that survives between runs. ``MJLAB_WARP_QUIET=1`` silences its per-kernel lines.
+* Frames: with ``render_mode="rgb_array"`` mjlab builds its MuJoCo offscreen renderer
+  (``OffscreenRenderer``, what its own train/play scripts record with) and ``render()`` returns
+  its picture: env ``viewer.env_index`` with ``viewer.num_envs - 1`` neighbours in one scene
+  (mjlab's ``env_idx`` and ``max_extra_envs``), ``viewer.width`` x ``height``. Without it no
+  renderer and no OpenGL context exist. ``MUJOCO_GL`` is chosen before mjlab is imported
+  (``islab.envs.gl_backend``); a context that cannot be opened is an error saying what to install.
 * On a CPU rank of a machine without the CUDA driver, Warp's "Could not find or load the NVIDIA
   CUDA driver" warning is moved from stderr (the console) to stdout (the rank log), see
   :func:`init_warp`.
@@ -33,7 +39,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium
@@ -41,6 +47,7 @@ import numpy as np
 import torch
 
 from islab.envs.base import EPISODES_ENDED
+from islab.envs.render import ViewerCfg
 
 os.environ.setdefault("MJLAB_WARP_QUIET", "1")  # before mjlab configures Warp at import
 
@@ -65,6 +72,7 @@ class MjlabTaskCfg:
     # many for a CPU rank (Go1 steps at ~100-200 env steps/s per core).
     num_envs: int = 64
     seed: int | None = None
+    viewer: ViewerCfg = field(default_factory=ViewerCfg)  # what render() shows (mjlab: cfg.viewer)
 
 
 def unavailable_reason(task_id: str) -> str | None:
@@ -124,11 +132,10 @@ def _box(space: Any) -> gymnasium.spaces.Box:
 class MjlabEnv:
     """``ManagerBasedRlEnv`` seen as our ``DirectRLEnv``-shaped env (see the module docstring)."""
 
-    metadata: dict[str, Any] = {"render_modes": [None]}  # noqa: RUF012 -- gymnasium convention
-    render_mode = None
+    metadata: dict[str, Any] = {"render_modes": [None, "rgb_array"]}  # noqa: RUF012 -- gymnasium convention
     generator = None  # mjlab uses the global torch RNG; the checkpoint saves that
 
-    def __init__(self, cfg: MjlabTaskCfg, device: str = "cpu") -> None:
+    def __init__(self, cfg: MjlabTaskCfg, device: str = "cpu", render_mode: str | None = None) -> None:
         import mjlab.tasks  # noqa: F401 -- registers mjlab's tasks
         from mjlab.envs import ManagerBasedRlEnv
         from mjlab.tasks.registry import load_env_cfg
@@ -138,8 +145,14 @@ class MjlabEnv:
         env_cfg = load_env_cfg(task_id)
         env_cfg.scene.num_envs = num_envs
         env_cfg.seed = cfg.seed
+        self.viewer = cfg.viewer
+        env_cfg.viewer.env_idx = cfg.viewer.env_index
+        env_cfg.viewer.max_extra_envs = cfg.viewer.num_envs - 1
+        env_cfg.viewer.width, env_cfg.viewer.height = cfg.viewer.width, cfg.viewer.height
         self.task_id = task_id
-        self.env = ManagerBasedRlEnv(cfg=env_cfg, device=str(device))
+        self.render_mode = render_mode
+        self.env = _build(ManagerBasedRlEnv, env_cfg, str(device), render_mode, task_id)
+        self.metadata = {**type(self).metadata, "render_fps": float(self.env.metadata.get("render_fps", 30.0))}
         self.cfg = self.env.cfg
         self.device = torch.device(device)
         self.num_envs = num_envs
@@ -217,5 +230,34 @@ class MjlabEnv:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         del state  # see state_dict
 
+    def render(self, recompute: bool = False) -> np.ndarray | None:
+        """mjlab's frame (Isaac Lab's signature; mjlab's ``render`` takes no argument)."""
+        del recompute
+        return self.env.render()
+
     def close(self) -> None:
         self.env.close()
+
+
+def _build(env_class: Any, env_cfg: Any, device: str, render_mode: str | None, task_id: str) -> Any:
+    """mjlab's env; with a renderer that cannot open its OpenGL context, an error saying what to install."""
+    if render_mode is None:
+        return env_class(cfg=env_cfg, device=device)
+    from islab.envs.gl_backend import VARIABLE, no_renderer_message
+
+    try:
+        return env_class(cfg=env_cfg, device=device, render_mode=render_mode)
+    except Exception as error:  # mujoco's context creation raises several kinds (ImportError, RuntimeError, GLError)
+        if not _renderer_failure(error):
+            raise
+        raise RuntimeError(no_renderer_message(task_id, os.environ.get(VARIABLE, ""), error)) from error
+
+
+def _renderer_failure(error: BaseException) -> bool:
+    """Whether building the env failed in MuJoCo's OpenGL context (not in the task itself)."""
+    import traceback
+
+    frames = traceback.extract_tb(error.__traceback__)
+    text = f"{type(error).__name__}: {error}".lower()
+    return any("gl_context" in f.filename or "/mujoco/" in f.filename or "opengl" in f.filename.lower()
+               for f in frames) or any(word in text for word in ("egl", "osmesa", "opengl", "gl context"))  # fmt: skip

@@ -58,6 +58,7 @@ from typing import ClassVar
 
 import torch
 
+from islab.envs import render
 from islab.envs.base import DirectRLEnv, DirectRLEnvCfg
 
 REWARD_TERMS = ("lin_vel", "ang_vel", "distance_to_goal")
@@ -134,6 +135,37 @@ class QuadcopterEnv(DirectRLEnv):
         """Per env, whether an episode that ended in this step succeeded (islab-train play and eval
         count it); the step's reset has just recorded where it ended (``final_distance_to_goal``)."""
         return truncated & ~terminated & (self.final_distance_to_goal < SUCCESS_DISTANCE)
+
+    def _draw(self, env_id: int, width: int, height: int) -> render.Canvas:
+        """Two panels: from the side (x, z; the height band dashed) and from above (x, y); in each
+        the goal (green) and the drone: its arms to the four rotors and its thrust axis (orange),
+        drawn ten times the Crazyflie's size so that its attitude shows."""
+        cfg = self.cfg
+        pos = self.root_pos_w[env_id].tolist()
+        goal = self.desired_pos_w[env_id].tolist()
+        rotation = rotation_matrix(self.root_quat_w[env_id : env_id + 1])[0].cpu()
+        arm = 0.35  # [m] drawn (the real arm is ~0.046 m)
+        rotors = (rotation @ torch.tensor([[arm, 0, 0], [-arm, 0, 0], [0, arm, 0], [0, -arm, 0.0]]).T).T.tolist()
+        up = (rotation[:, 2] * 0.4).tolist()
+        half = width // 2
+        span = cfg.goal_xy_range[1] + 0.8
+        side = render.Canvas(half, height, (-span, span), (-0.2, cfg.max_height + 0.3))
+        top = render.Canvas(width - half, height, (-span, span), (-span, span))
+        side.line((-span, 0.0), (span, 0.0), 2, render.INK)  # the ground
+        for bound in (cfg.min_height, cfg.max_height):
+            side.dashed_hline(bound, render.ACCENT)
+        for canvas, (a, b) in ((side, (0, 2)), (top, (0, 1))):  # the two projections: (x, z), (x, y)
+            canvas.disk(goal[a], goal[b], 5, render.GOAL)
+            centre = (pos[a], pos[b])
+            for rotor in rotors:
+                end = (pos[a] + rotor[a], pos[b] + rotor[b])
+                canvas.line(centre, end, 3, render.INK)
+                canvas.disk(*end, 4, render.BLUE)
+            canvas.line(centre, (pos[a] + up[a], pos[b] + up[b]), 2, render.ACCENT)
+        frame = render.Canvas(width, height, (0, 1), (0, 1))
+        frame.pixels[:, :half], frame.pixels[:, half:] = side.pixels, top.pixels
+        frame.pixels[:, half] = render.GRID
+        return frame
 
     def _setup_scene(self) -> None:
         n, dev, cfg = self.num_envs, self.device, self.cfg
