@@ -52,7 +52,7 @@ SAMPLES: dict[str, Any] = {
     "node_rank": 0, "device": "cpu", "max_restarts": 0, "coordinator_address": "127.0.0.1:5000",
     "env": {"NCCL_DEBUG": "INFO"}, "run_name": "r1", "log_dir": "logs", "python": "python3",
     "overrides": ["algorithm.clip_param=0.2"], "resume": "RESUME", "checkpoint_interval": 5, "hang_timeout_s": 60,
-    "logger": "tensorboard", "keep_checkpoints": 2,
+    "logger": "tensorboard", "keep_checkpoints": 2, "video_interval": 5,
     "entrypoint": {"script": "train.py"}, "args": ["--flag", "v"], "isaaclab": str(TREE), "mjlab": False,
     "rendezvous.backend": "c10d", "rendezvous.master_addr": "10.0.0.1", "rendezvous.master_port": 29555,
     "rendezvous.endpoint": "127.0.0.1:29400", "rendezvous.id": "job-1", "rendezvous.timeout_s": 60,

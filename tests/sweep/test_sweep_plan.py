@@ -89,13 +89,6 @@ def test_uniform_draws_stay_inside_their_bounds():
     assert all(0.2 <= draw(space, rng) <= 0.3 for _ in range(200))
 
 
-def test_threads_variable_is_the_workers():
-    from islab.sweep.trials import THREADS_VARIABLE
-    from islab.worker.context import THREADS_VARIABLE as WORKER_THREADS_VARIABLE
-
-    assert THREADS_VARIABLE == WORKER_THREADS_VARIABLE
-
-
 # -- the dry run ----------------------------------------------------------------------------------
 
 

@@ -45,7 +45,7 @@ from islab.scale.table import (
     to_json,
 )
 from islab.spec.issues import Issue, SpecError
-from islab.sweep.trials import THREADS_VARIABLE
+from islab.spec.worker_args import THREADS_VARIABLE
 
 PANEL_SCALE = "Scale"
 DEFAULT_ITERATIONS = 3

@@ -103,7 +103,7 @@ def plan(
 def worker_environments(spec: dict[str, Any], device: str, processes: int) -> list[dict[str, str]]:
     """Each evaluation process's environment: the job's rank variables dropped, the library's
     fixes, its share of the cores (CPU) or its own GPU."""
-    from islab.sweep.trials import THREADS_VARIABLE
+    from islab.spec.worker_args import THREADS_VARIABLE
 
     base = job_free_environment(dict(os.environ), str(spec["lib"]), str(spec.get("ml_framework") or "torch"), device)
     if device == "cuda":

@@ -90,6 +90,9 @@ class WorkerArg:
         return not self.flag.startswith("--")
 
 
+# The worker's CPU threads per rank, when set (islab.worker.context.cpu_threads_per_rank): sweeps, eval
+# and scale set it for the processes they start.
+THREADS_VARIABLE = "ISLAB_THREADS_PER_RANK"
 _LATEST = rundir.LATEST_CHECKPOINT  # checkpoint names in help texts come from the run directory's layout
 _HISTORY = f"{rundir.HISTORY_PREFIX}<N>.pt"
 

@@ -31,6 +31,7 @@ import yaml
 
 from islab.cli.options import field_argv
 from islab.plan.dry_run import shell_line
+from islab.spec.worker_args import THREADS_VARIABLE
 from islab.sweep.schema import Distribution, SweepSpec
 
 # How a trial runs islab-train: the interpreter that runs the sweep, as a module (no console
@@ -41,8 +42,6 @@ PROGRAM = "islab-train"
 TASK_KEY = "task"
 TRIALS_DIR = "trials"
 SWEEPS_DIR = "sweeps"
-# The worker's thread count per rank (islab.worker.context.THREADS_VARIABLE; that module imports torch).
-THREADS_VARIABLE = "ISLAB_THREADS_PER_RANK"
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from islab.spec.worker_args import default_of
+from islab.spec.worker_args import THREADS_VARIABLE, default_of
 
 
 @dataclass(frozen=True)
@@ -131,8 +131,6 @@ def cuda_device_for(local_rank: int, visible: int, launcher: str, *, rank: int, 
         "CUDA_VISIBLE_DEVICES name GPUs that exist (nvidia-smi -L; a MIG instance counts as one)"
     )
 
-
-THREADS_VARIABLE = "ISLAB_THREADS_PER_RANK"
 
 
 def cpu_threads_per_rank(local_world_size: int, environ: Mapping[str, str] | None = None) -> int:
