@@ -132,7 +132,6 @@ def cuda_device_for(local_rank: int, visible: int, launcher: str, *, rank: int, 
     )
 
 
-
 def cpu_threads_per_rank(local_world_size: int, environ: Mapping[str, str] | None = None) -> int:
     """Ranks on one node share its cores: ``cores // local world size`` each, since
     oversubscription costs more than it gains. ``ISLAB_THREADS_PER_RANK`` overrides it (benchmarks,
