@@ -21,8 +21,11 @@ workers=(-n "${ISLAB_TEST_WORKERS:-2}" --dist loadgroup)
 status=0
 if [ "$job" = all ] || [ "$job" = main ]; then
     bash scripts/setup.sh
-    # The SLURM cluster's tests run alone, after the rest: beside other tests on the second worker, a
-    # job's torchrun ended at start with exit 1 and no output (2 runs of 2; alone it passes, as in every CI run before the workers).
+    # The SLURM cluster's tests run alone, after the rest. Beside other tests a job's torchrun died at
+    # start: every test cluster numbered its jobs from 1, so each job 1 listened on port 20001 while the
+    # previous test's job could still hold it (EADDRINUSE). Each cluster now starts at a free port's number
+    # (FirstJobId, tests/e2e/test_slurm.py), which passed beside other tests 2 runs of 2; they stay alone
+    # until a whole main job has run them among the others.
     # Test paths given to this script run as given, in one pytest run.
     slurm_tests=tests/e2e/test_slurm.py
     for arg in "$@"; do [[ "$arg" != -* && -e "${arg%%::*}" ]] && slurm_tests=; done

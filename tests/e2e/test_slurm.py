@@ -257,7 +257,10 @@ def _stop_by_pid_files(pid_files: list[Path], grace_s: float = 5.0) -> None:
 @pytest.fixture
 def slurm_cluster(tmp_path):
     """A private one-node cluster: own munge socket and key, own ports, state and pid files in
-    tmp_path; clients find it through SLURM_CONF. Daemons are stopped by pid file, always."""
+    tmp_path; clients find it through SLURM_CONF. Daemons are stopped by pid file, always. Its first
+    job id is a free port (FirstJobId): islab-train's rendezvous port under SLURM is 20000 + job id %
+    20000, so with every cluster's jobs numbered from 1, each test's job 1 listened on port 20001, and
+    a job started while the previous test's job still held it died with EADDRINUSE."""
     missing = [name for name in SLURM_BINARIES if shutil.which(name) is None and not Path("/usr/sbin", name).exists()]
     if missing:  # CI (as root) installs SLURM: there a missing one fails instead of skipping
         require(f"SLURM is not installed ({', '.join(missing)} missing): apt-get install -y slurm-wlm munge",
@@ -284,6 +287,7 @@ AuthInfo=socket={base}/munge.sock
 CredType=cred/munge
 SlurmctldPort={port_for_a_child()}
 SlurmdPort={port_for_a_child()}
+FirstJobId={port_for_a_child()}
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres

@@ -118,3 +118,28 @@ def test_the_agent_imports_what_it_is_told_before_the_module_runs(tmp_path: Path
     env = {**child_env(), "PYTHONPATH": f"{tmp_path}:{child_env().get('PYTHONPATH', '')}"}
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60, check=False)
     assert (done.returncode, done.stdout.strip()) == (0, "True"), done.stderr
+
+
+def test_torchrun_failing_before_any_rank_shows_its_own_last_lines(tmp_path: Path) -> None:
+    """torchrun that ends with no rank named (its store could not listen, ...): the error shows
+    torchrun's own last lines, not its ranks', since the console shows no agent lines while training."""
+    import io
+    from collections import deque
+
+    from islab.run.processes import Outcome
+
+    layer = {"device": Provided("cpu", "--device"), "nproc_per_node": Provided(2, "--nproc"),
+             "log_dir": Provided(str(tmp_path), "--log-dir")}  # fmt: skip
+    plan = build_plan(resolve_spec(layer).spec, now=datetime(2026, 3, 4), free_port=45678)
+    runner = TorchrunNode(plan, plan.node(0))
+    lines = ["[default0]:[islab] rank 0 starting", "torch.distributed.DistStoreError: failed to listen on port 20001",
+             "RuntimeError: the server socket has failed to bind"]  # fmt: skip
+    err = io.StringIO()
+    try:
+        assert runner.explain(Outcome(statuses=[1], tails=[deque(lines)]), err, all_ranks=False) == 1
+    finally:
+        runner.close()
+    text = err.getvalue()
+    assert "torchrun's last lines:" in text and "failed to listen on port 20001" in text, text
+    assert "rank 0 starting" not in text.split("torchrun's last lines:")[1], text
+    assert text.rstrip().splitlines()[-1].startswith("error: training failed on node 0 (torchrun exit code 1)")

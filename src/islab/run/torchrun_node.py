@@ -182,6 +182,18 @@ def failure_message(
     )
 
 
+AGENT_TAIL_LINES = 20
+
+
+def agent_lines(lines: Sequence[str]) -> str:
+    """torchrun's own last lines (not its ranks', which arrive prefixed ``[default<N>]:``), to print
+    when it ended with no rank named."""
+    own = [line for line in lines if route_line(line, 0)[0] is None][-AGENT_TAIL_LINES:]
+    if not own:
+        return ""
+    return "torchrun's last lines:\n" + "".join(f"  {line.rstrip()}\n" for line in own)
+
+
 class TorchrunNode:
     """One torchrun per node: it starts, restarts and stops the ranks itself; islab-train streams its
     output, passes its exit status on and, when it fails, names the rank from the error files."""
@@ -232,6 +244,10 @@ class TorchrunNode:
             err.write(failed_rank_lines(failures[0][0], str(rank_log(run_dir, failures[0][0])), log_lines,
                                         self.plan.overrides, shown=all_ranks,
                                         clueless=not cause_named(failures[0][1], exception)))  # fmt: skip
+        else:
+            # torchrun itself failed before any rank did (a store that could not listen, a bad option):
+            # its own last lines are the only account of it, and the console shows no agent lines.
+            err.write(agent_lines(lines))
         pairs = [(rank, code) for rank, code, _ in failures]
         err.write(failure_message(status, pairs, run_dir, self.node.node_rank, exception) + "\n")
         return status
