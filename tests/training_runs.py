@@ -91,6 +91,11 @@ def env_generator_at_start(run_dir: Path, rank: int) -> str:
     return line.removeprefix(prefix)
 
 
+def policy_digests(run_dir: Path, ranks: tuple[int, ...] = (0, 1)) -> list[str]:
+    """Each rank's final policy digest (``digests/rank_<R>.json``), in rank order."""
+    return [json.loads((run_dir / "digests" / f"rank_{rank}.json").read_text())["policy_sha256"] for rank in ranks]
+
+
 def check_two_ranks_hold_one_policy(run_dir: Path, output: str, iterations: int, ml_framework: str) -> None:
     """What every 2-rank CPU run through the launcher must leave: both rank logs, rank 0's
     TensorBoard events, a summary of ``iterations`` on 2 ranks naming a loadable islab checkpoint
@@ -112,7 +117,7 @@ def check_two_ranks_hold_one_policy(run_dir: Path, output: str, iterations: int,
     if ml_framework == "torch":
         torch.load(checkpoint, map_location="cpu", weights_only=True)
 
-    digests = [json.loads((run_dir / "digests" / f"rank_{r}.json").read_text())["policy_sha256"] for r in (0, 1)]
+    digests = policy_digests(run_dir)
     assert digests[0] == digests[1], "the two ranks ended with different policies"
     # ... from envs seeded apart (seed + rank): the env generators differ before the first step
     starts = [env_generator_at_start(run_dir, rank) for rank in (0, 1)]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from prerequisites import require_modules
-from training_runs import PATHS, launch
+from training_runs import PATHS, launch, policy_digests
 
 from islab.envs import make_env
 from islab.tasks import TASKS
@@ -258,7 +258,7 @@ def test_two_cpu_ranks_train_the_quadcopter_with_one_policy(tmp_path: Path, lib:
     run_dir = quad_run_dir(tmp_path, lib)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["iterations"] == 2
-    digests = [json.loads((run_dir / "digests" / f"rank_{r}.json").read_text())["policy_sha256"] for r in (0, 1)]
+    digests = policy_digests(run_dir)
     assert digests[0] == digests[1], "the two ranks ended with different policies"
 
 
@@ -282,7 +282,7 @@ def test_rsl_rl_on_two_cpu_ranks_at_least_halves_the_random_policys_final_distan
     summary = json.loads((run_dir / "summary.json").read_text())
     checkpoint = Path(summary["library_checkpoint"])  # rsl_rl's own model_<N>.pt, for its runner
     # one policy on both ranks (rsl_rl's case of the test above, checked on this run instead of a second)
-    digests = [json.loads((run_dir / "digests" / f"rank_{r}.json").read_text())["policy_sha256"] for r in (0, 1)]
+    digests = policy_digests(run_dir)
     assert digests[0] == digests[1], "the two ranks ended with different policies"
 
     torch.set_num_threads(1)  # two OpenMP threads on a busy 2-core machine: ~10x slower (measured)

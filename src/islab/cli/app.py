@@ -140,10 +140,16 @@ app.command(
 # ----------------------------------------------------------------------------------------------
 
 
+def edge_facts(checks: PreflightOptions, run_dir: str | None = None) -> LaunchFacts:
+    """What this machine and moment give the planner: the clock, a probed port, this process's
+    environment; ``run_dir``: a directory the caller claimed."""
+    return LaunchFacts(datetime.now(), find_free_port(), os.environ, nccl_safe=checks.nccl_safe, run_dir=run_dir)
+
+
 def launch_for(resolved: ResolvedSpec, checks: PreflightOptions, facts: LaunchFacts | None = None) -> Launch:
     """The launch of the spec (:func:`islab.plan.launch.plan_launch`), or exit 2. ``facts``: the
-    edge's, by default the clock, a probed port and this process's environment."""
-    facts = facts or LaunchFacts(datetime.now(), find_free_port(), os.environ, nccl_safe=checks.nccl_safe)
+    edge's (:func:`edge_facts` by default)."""
+    facts = facts or edge_facts(checks)
     try:
         return plan_launch(resolved, facts)
     except SpecError as exc:
@@ -153,8 +159,7 @@ def launch_for(resolved: ResolvedSpec, checks: PreflightOptions, facts: LaunchFa
 def plan_for(resolved: ResolvedSpec, checks: PreflightOptions, *, run_dir: str | None = None) -> LaunchPlan:
     """The spec's plan as a launch runs it (``doctor --collectives`` checks that one), or exit 2;
     ``run_dir``: a directory the caller claimed (``scale``'s run per rank count)."""
-    facts = LaunchFacts(datetime.now(), find_free_port(), os.environ, nccl_safe=checks.nccl_safe, run_dir=run_dir)
-    return launch_for(resolved, checks, facts).plan
+    return launch_for(resolved, checks, edge_facts(checks, run_dir)).plan
 
 
 def _plan_and_go(
@@ -162,7 +167,7 @@ def _plan_and_go(
     warnings: Sequence[str] = (), checks: PreflightOptions = NO_CHECK_OPTIONS,
 ) -> None:  # fmt: skip
     spec = resolved.spec
-    facts = LaunchFacts(datetime.now(), find_free_port(), os.environ, nccl_safe=checks.nccl_safe)
+    facts = edge_facts(checks)
     launch = launch_for(resolved, checks, facts)
     plan = launch.plan
 

@@ -91,6 +91,11 @@ def launcher_of(lib: str, ml_framework: str) -> str | None:
     return row.launchers.get(ml_framework) if row is not None else None
 
 
+def adapter_module(lib: str, ml_framework: str) -> str:
+    """The module of the adapter (what :func:`islab.libs.load_adapter` imports), without importing it."""
+    return adapter_path(lib, ml_framework).partition(":")[0]
+
+
 def adapter_path(lib: str, ml_framework: str) -> str:
     """``"module:Class"`` of the adapter; ValueError for a pair no library has."""
     row = LIBRARIES.get(lib)

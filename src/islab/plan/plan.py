@@ -24,7 +24,7 @@ from pathlib import Path, PurePath
 from types import MappingProxyType
 
 from islab import rundir
-from islab.libs.registry import adapter_path, apply_env_fixes
+from islab.libs.registry import adapter_module, apply_env_fixes
 from islab.plan import skrl_jax, torchrun
 from islab.plan.launch_plan import LaunchPlan, NodePlan, RankLaunch
 from islab.resolve.isaaclab import tensorboard_root
@@ -343,7 +343,7 @@ def rank_imports(spec: RunSpec) -> tuple[str, ...]:
     library, and ``torch._dynamo`` through it), imported once instead of once per rank."""
     if not forked_ranks(spec):
         return ()
-    return (adapter_path(spec.lib, spec.ml_framework).partition(":")[0],)
+    return (adapter_module(spec.lib, spec.ml_framework),)
 
 
 def _meeting_point(derived: Mapping[str, str]) -> tuple[str | None, str | None]:

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from islab import rundir
-from islab.libs.registry import adapter_path, apply_env_fixes, launcher_of
+from islab.libs.registry import adapter_module, apply_env_fixes, launcher_of
 from islab.spec.agent_config import AgentConfigError, load_agent_config
 from islab.spec.budget import Budget
 from islab.spec.worker_args import build_parser, parse
@@ -131,8 +131,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # The launcher already set them; a rank started by hand gets them here (the user's value wins).
     apply_env_fixes(args.lib, args.ml_framework, args.device)
     # Forked from torchrun's agent, a rank finds its library imported already (LaunchPlan.rank_imports).
-    adapter_module = adapter_path(args.lib, args.ml_framework).partition(":")[0]
-    imported_by = "torchrun's agent" if adapter_module in sys.modules else "this rank"
+    preloaded = adapter_module(args.lib, args.ml_framework)
+    imported_by = "torchrun's agent" if preloaded in sys.modules else "this rank"
 
     # torch is imported only now: argument errors above stay instant.
     from islab.envs import make_env
@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print(
         f"[islab] rank {ctx.rank}/{ctx.world_size} (local {ctx.local_rank}) on {ctx.device} "
         f"backend={ctx.backend} seed={ctx.seed} launcher={ctx.launcher} pid={os.getpid()}; "
-        f"{adapter_module} imported by {imported_by}",
+        f"{preloaded} imported by {imported_by}",
         flush=True,
     )
     maybe_inject_fault(ctx.rank, run_dir, iteration=None)
